@@ -1,0 +1,78 @@
+"""The adapter protocol: how the suite drives a trainer it does not know.
+
+An adapter turns a :class:`~trainspec.conformance.scenario.Scenario` into one run of its trainer,
+on one rank, and reports what happened through a :class:`RunContext` as events (the probe in
+``trainspec.conformance.probe`` emits them for seed-shaped trainers). It declares what its trainer
+can do; clauses needing an undeclared capability come out ``n/a`` with the reason, never ``pass``.
+
+Adapters run inside worker processes: the process running the suite never imports the trainer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from trainspec.conformance.scenario import CrashWhere, Scenario
+
+__all__ = ["CAPABILITIES", "Adapter", "Capability", "RunContext"]
+
+Capability = Literal[
+    "checkpoint",  # writes last.pt / best.pt / epoch_<e>.pt in the run directory
+    "resume",  # ckpt.resume continues an interrupted run
+    "finetune",  # loads weights only and starts a new run
+    "early_stopping",  # val.patience
+    "start_patience",  # val.start_patience
+    "val_first",  # val.first
+    "val_every_n",  # val.every_n_epochs
+    "test_pass",  # test.enable
+    "debug",  # debug mode
+    "grad_accum",  # grad_accum_steps
+    "multi_rank",  # runs on several ranks of a torch.distributed group
+    "sigterm",  # survives SIGTERM with a resumable checkpoint
+    "rng_state",  # saves and restores RNG states (exact resume)
+    "eval_only",  # num_epochs = 0
+]
+
+CAPABILITIES: frozenset[Capability] = frozenset(Capability.__args__)  # type: ignore[attr-defined]
+
+
+class RunContext(Protocol):
+    """What an adapter's run sees of the harness."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def ckpt_root(self) -> Path:
+        """The folder to use as ``ckpt.dir``; empty at the start of the first run of a check."""
+        ...
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Record one event (a JSON-able dict with an ``ev`` key) in this rank's trace."""
+        ...
+
+    def crash_point(self, where: CrashWhere, epoch: int) -> None:
+        """Call at each crash point; interrupts the run there when the scenario says so."""
+        ...
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """Drives one trainer or framework through scenarios."""
+
+    @property
+    def name(self) -> str: ...
+
+    def capabilities(self) -> frozenset[Capability]: ...
+
+    def environment(self) -> dict[str, str | None]:
+        """Versions worth reporting, e.g. ``{"framework": "lightning 2.6.6"}``."""
+        ...
+
+    def run(self, scenario: Scenario, ctx: RunContext) -> None:
+        """One run of the scenario on ``ctx.rank``; events go through ``ctx.emit``."""
+        ...

@@ -1,0 +1,31 @@
+"""The one-call API: ``trainspec.check(...) -> Report``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from trainspec.conformance.model import CheckResult, Report
+from trainspec.conformance.runner import resolve_target, run_checks
+
+__all__ = ["Report", "check"]
+
+
+def check(target: str | None = None, *, base_trainer: str | None = None,
+          clauses: str | None = None, world_size: int = 2, timeout_s: float = 60.0,
+          deviations: Mapping[str, str] | None = None,
+          on_result: Callable[[CheckResult], None] | None = None) -> Report:
+    """Check a trainer against every clause of the spec and return the report.
+
+    Args:
+        target: ``"reference"`` (default), ``"lightning"``, ``"hf"``, ``"ignite"``, ``"keras"``,
+            or ``"MODULE:OBJECT"`` naming an adapter.
+        base_trainer: ``"MODULE:CLASS"`` of a base class in the seed's shape (instead of target).
+        clauses: comma-separated clause IDs or families (``"RES,PAT-5"``); all when None.
+        world_size: ranks for the multi-rank clauses (DIST).
+        timeout_s: the bound on every single run.
+        deviations: clause ID -> reason, for failures the target declares.
+        on_result: called with each check's result as it completes (progress display).
+    """
+    return run_checks(resolve_target(target, base_trainer), clauses=clauses,
+                      world_size=world_size, timeout_s=timeout_s, deviations=deviations,
+                      on_result=on_result)

@@ -1,0 +1,36 @@
+"""The conformance checks, one module per clause family; importing this registers them all."""
+
+from trainspec.conformance.checks import best, loop, nan, pat
+from trainspec.conformance.checks.base import (
+    CHECKS,
+    CheckContext,
+    CheckFailed,
+    CheckSpec,
+    NotApplicable,
+    check,
+    run_check,
+)
+
+__all__ = [
+    "CHECKS",
+    "CheckContext",
+    "CheckFailed",
+    "CheckSpec",
+    "NotApplicable",
+    "best",
+    "check",
+    "checks_by_clause",
+    "loop",
+    "nan",
+    "pat",
+    "run_check",
+]
+
+
+def checks_by_clause() -> dict[str, list[str]]:
+    """Clause ID -> names of the checks that verify it."""
+    out: dict[str, list[str]] = {}
+    for spec in CHECKS.values():
+        for clause in spec.clauses:
+            out.setdefault(clause, []).append(spec.name)
+    return out

@@ -1,0 +1,164 @@
+"""The check framework: the registry, the context a check runs in, and outcome rules.
+
+A check is a function ``check_<subject>_<property>(ctx) -> str``, registered with the clause IDs
+it verifies and the capabilities it needs. It returns one line of evidence when the trainer
+meets the clause, and raises :class:`CheckFailed` with one line of evidence when it does not.
+Runs that crash, hang or break the harness are classified by :func:`run_check`: a trainer that
+raises where the scenario expects none fails; the suite's own breakage is ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainspec.conformance.adapter import Capability
+from trainspec.conformance.harness import Harness
+from trainspec.conformance.model import CheckResult
+from trainspec.conformance.scenario import Scenario
+from trainspec.conformance.trace import Trace
+from trainspec.errors import AdapterError, HarnessError
+
+__all__ = [
+    "CHECKS",
+    "CheckContext",
+    "CheckFailed",
+    "CheckSpec",
+    "NotApplicable",
+    "RunBroke",
+    "check",
+    "run_check",
+]
+
+
+class CheckFailed(Exception):
+    """The trainer violated the clause; the message is the evidence line."""
+
+    def __init__(self, evidence: str, detail: str = "") -> None:
+        super().__init__(evidence)
+        self.evidence, self.detail = evidence, detail
+
+
+class NotApplicable(Exception):
+    """The clause cannot be judged on this target; the message says why."""
+
+
+class RunBroke(Exception):
+    """A run ended in a way the scenario did not ask for: raised, killed, hung, lost."""
+
+    def __init__(self, trace: Trace, scenario: Scenario) -> None:
+        bad = next(r for r in trace.ranks if r.status != "completed")
+        self.trace, self.rank = trace, bad
+        self.timed_out = any(r.status == "timeout" for r in trace.ranks)
+        self.ours = any(e.get("ours") for e in bad.events if e.get("ev") == "error") \
+            or bad.status == "lost"
+        where = f" on rank {bad.rank}" if len(trace.ranks) > 1 else ""
+        super().__init__(f"scenario {scenario.name!r}: the run {bad.status}{where}: {bad.error}")
+        details = []
+        for r in trace.ranks:
+            if r.status != "completed" and r.detail:
+                details.append(f"--- rank {r.rank} ({r.status}) ---\n{r.detail}")
+        self.detail = "\n".join(details)
+
+
+CheckFunc = Callable[["CheckContext"], str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckSpec:
+    name: str
+    clauses: tuple[str, ...]
+    requires: frozenset[Capability]
+    func: CheckFunc
+    multi_rank: bool = False
+
+    @property
+    def doc(self) -> str:
+        return (self.func.__doc__ or "").strip().splitlines()[0] if self.func.__doc__ else ""
+
+
+CHECKS: dict[str, CheckSpec] = {}
+
+
+def check(*clauses: str, requires: Iterable[Capability] = (),
+          multi_rank: bool = False) -> Callable[[CheckFunc], CheckFunc]:
+    """Register a check for ``clauses``; its name is the function's name."""
+
+    def register(func: CheckFunc) -> CheckFunc:
+        name = func.__name__
+        if not name.startswith("check_"):
+            raise ValueError(f"{name}: check functions are named check_<subject>_<property>")
+        if name in CHECKS:
+            raise ValueError(f"{name}: registered twice")
+        CHECKS[name] = CheckSpec(name=name, clauses=tuple(clauses), requires=frozenset(requires),
+                                 func=func, multi_rank=multi_rank)
+        return func
+
+    return register
+
+
+@dataclass(slots=True, kw_only=True)
+class CheckContext:
+    """What a check sees: the harness, the target's capabilities, and a cache of runs."""
+
+    harness: Harness
+    capabilities: frozenset[Capability]
+    world_size: int = 2
+    _cache: dict[str, Trace] = field(default_factory=dict)
+
+    def run(self, scenario: Scenario) -> Trace:
+        """The trace of one run (cached: a scenario is deterministic)."""
+        key = json.dumps(scenario.to_json(), sort_keys=True)
+        if key not in self._cache:
+            self._cache[key] = self.harness.run(scenario)
+        return self._cache[key]
+
+    def completed(self, scenario: Scenario) -> Trace:
+        """The trace of a run that must end normally on every rank."""
+        trace = self.run(scenario)
+        if not trace.completed:
+            raise RunBroke(trace, scenario)
+        return trace
+
+    def remember(self, key: str, trace: Trace) -> None:
+        self._cache[key] = trace
+
+    def recall(self, key: str) -> Trace | None:
+        return self._cache.get(key)
+
+
+def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
+    """Run one check and classify how it ended."""
+    started = time.monotonic()
+
+    def result(outcome: Any, evidence: str, detail: str = "") -> CheckResult:
+        return CheckResult(name=spec.name, clauses=spec.clauses, outcome=outcome,
+                           evidence=evidence, duration_s=round(time.monotonic() - started, 3),
+                           detail=detail)
+
+    missing = sorted(spec.requires - ctx.capabilities)
+    if missing:
+        return result("n/a", f"the target does not declare {', '.join(missing)}")
+    try:
+        evidence = spec.func(ctx)
+    except CheckFailed as e:
+        return result("failed", e.evidence, e.detail)
+    except NotApplicable as e:
+        return result("n/a", str(e))
+    except RunBroke as e:
+        if e.timed_out:
+            return result("timeout", str(e), e.detail)
+        if e.ours:
+            return result("error", str(e), e.detail)
+        return result("failed", str(e), e.detail)
+    except (HarnessError, AdapterError) as e:
+        return result("error", f"{type(e).__name__}: {e}".splitlines()[0],
+                      traceback.format_exc())
+    except Exception as e:
+        return result("error", f"internal error in {spec.name}: {type(e).__name__}: {e}",
+                      traceback.format_exc())
+    return result("passed", evidence)

@@ -1,0 +1,106 @@
+"""BEST: best-model selection (docs/spec/best.md)."""
+
+from __future__ import annotations
+
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.common import (
+    changed,
+    make_scenario,
+    match_decisions,
+    weights_diff,
+)
+
+__all__: list[str] = []
+
+
+@check("BEST-1")
+def check_best_needs_a_strictly_better_score(ctx: CheckContext) -> str:
+    """A tie is no improvement; only strictly better scores, in the configured direction."""
+    cases = [
+        make_scenario("best-ties-max", [0.5, 0.5, 0.4, 0.6, 0.6]),
+        make_scenario("best-ties-min", [0.5, 0.5, 0.6, 0.4, 0.4], cfg={"val.minimize": True}),
+    ]
+    for s in cases:
+        match_decisions("BEST-1", s, ctx.completed(s), what="improved")
+    return "ties and worse scores were not improvements, maximizing and minimizing"
+
+
+@check("BEST-2")
+def check_best_weights_are_a_copy(ctx: CheckContext) -> str:
+    """The best weights are a snapshot: training after the improvement leaves them unchanged."""
+    s = make_scenario("best-copy", [0.9, 0.1, 0.2, 0.3])
+    r = ctx.completed(s).rank0
+    best_val = r.validations[0]
+    final = r.final_weights
+    if final is None or not changed(best_val.weights, final):
+        raise CheckFailed("BEST-2: the scenario's training did not change the weights after "
+                          "epoch 0, so the copy cannot be judged")
+    diff = weights_diff(best_val.weights, r.best_model)
+    if diff is not None:
+        moved = "" if weights_diff(final, r.best_model) else " (they equal the final weights: " \
+            "the best model aliases the live parameters)"
+        raise CheckFailed(f"BEST-2: best_model at the end differs from the weights validated "
+                          f"at epoch 0, the best epoch: {diff}{moved}")
+    return "best_model at the end equals the epoch-0 weights, 3 epochs of training later"
+
+
+@check("BEST-3", requires={"checkpoint"})
+def check_best_file_follows_improvements(ctx: CheckContext) -> str:
+    """best.pt is written on each improvement and only then, with that epoch's weights."""
+    s = make_scenario("best-file", [0.3, 0.5, 0.4, 0.6, 0.6])
+    r = ctx.completed(s).rank0
+    previous = None
+    writes = 0
+    for v in r.validations:
+        f = v.best_file
+        if v.improved:
+            if f is None:
+                raise CheckFailed(f"BEST-3: epoch {v.epoch} improved but no best.pt exists")
+            if f.error:
+                raise CheckFailed(f"BEST-3: best.pt after epoch {v.epoch} does not load: "
+                                  f"{f.error}")
+            if previous is not None and (f.mtime_ns, f.size, f.epoch) == previous:
+                raise CheckFailed(f"BEST-3: epoch {v.epoch} improved but best.pt was not "
+                                  "rewritten")
+            if f.epoch != v.epoch:
+                raise CheckFailed(f"BEST-3: best.pt written for the improvement at epoch "
+                                  f"{v.epoch} says epoch {f.epoch}")
+            step = next((e.end_step for e in r.train_epochs if e.epoch == v.epoch), None)
+            if f.step != step:
+                raise CheckFailed(f"BEST-3: best.pt for epoch {v.epoch} says train_step "
+                                  f"{f.step}, expected {step}")
+            diff = weights_diff(v.weights, f.weights)
+            if diff is not None:
+                raise CheckFailed(f"BEST-3: best.pt for epoch {v.epoch} holds other weights "
+                                  f"than the ones validated: {diff}")
+            writes += 1
+        elif f is not None and previous is not None and (f.mtime_ns, f.size, f.epoch) \
+                != previous:
+            raise CheckFailed(f"BEST-3: epoch {v.epoch} did not improve but best.pt was "
+                              f"rewritten (now epoch {f.epoch})")
+        elif f is not None and previous is None:
+            raise CheckFailed(f"BEST-3: best.pt exists before any improvement (after epoch "
+                              f"{v.epoch})")
+        if f is not None:
+            previous = (f.mtime_ns, f.size, f.epoch)
+    return f"best.pt rewritten at each of {writes} improvements only, with epoch, step, weights"
+
+
+@check("BEST-4", requires={"test_pass"})
+def check_test_sees_best_weights(ctx: CheckContext) -> str:
+    """The test pass evaluates the best weights, or the final ones when nothing improved."""
+    s = make_scenario("best-test", [0.9, 0.1, 0.2])
+    r = ctx.completed(s).rank0
+    if not r.tests:
+        raise CheckFailed("BEST-4: the test pass did not run")
+    diff = weights_diff(r.validations[0].weights, r.tests[0]["weights"])
+    if diff is not None:
+        raise CheckFailed(f"BEST-4: the test pass saw other weights than those of epoch 0, "
+                          f"the best: {diff}")
+    none = make_scenario("best-test-none", [float("nan")] * 3)
+    r = ctx.completed(none).rank0
+    diff = weights_diff(r.final_weights, r.tests[0]["weights"] if r.tests else None)
+    if diff is not None:
+        raise CheckFailed(f"BEST-4: with no improvement recorded the test pass saw other "
+                          f"weights than the final ones: {diff}")
+    return "test saw epoch 0's (best) weights; with no improvement, the final weights"

@@ -1,0 +1,86 @@
+"""LOOP: the epoch loop (docs/spec/loop.md)."""
+
+from __future__ import annotations
+
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.common import label, make_scenario, match_decisions
+
+__all__: list[str] = []
+
+
+@check("LOOP-1")
+def check_loop_trains_each_epoch_once_in_order(ctx: CheckContext) -> str:
+    """Epochs 0..num_epochs-1 run in order, once each, with a step counter that only grows."""
+    s = make_scenario("loop-4-epochs", [0.1, 0.2, 0.3, 0.4])
+    r = ctx.completed(s).rank0
+    if r.epochs_trained != [0, 1, 2, 3]:
+        raise CheckFailed(f"LOOP-1: with num_epochs=4 the trainer trained epochs "
+                          f"{r.epochs_trained}, expected [0, 1, 2, 3]")
+    step = 0
+    for e in r.train_epochs:
+        if e.start_step != step:
+            raise CheckFailed(f"LOOP-1: epoch {e.epoch} started at train_step {e.start_step}, "
+                              f"expected {step} (the previous epoch ended there)")
+        step = e.end_step if e.end_step is not None else step
+    return "num_epochs=4 trained epochs [0, 1, 2, 3] once each, train_step continuous"
+
+
+@check("LOOP-2", requires={"val_every_n", "val_first"})
+def check_loop_validates_on_schedule(ctx: CheckContext) -> str:
+    """Validation follows every_n_epochs, always runs after the final epoch, and val.first."""
+    cases = [
+        make_scenario("loop-every-2", [0.1] * 5, cfg={"val.every_n_epochs": 2}),
+        make_scenario("loop-every-3", [0.1] * 5, cfg={"val.every_n_epochs": 3}),
+        make_scenario("loop-first", [0.1, 0.2], first=0.05),
+    ]
+    seen = []
+    for s in cases:
+        outcome = match_decisions("LOOP-2", s, ctx.completed(s), what="schedule")
+        seen.append("/".join(label(d.epoch) for d in outcome.decisions))
+    return "validated after " + "; ".join(seen)
+
+
+@check("LOOP-3", requires={"eval_only", "val_first", "test_pass"})
+def check_loop_zero_epochs_is_eval_only(ctx: CheckContext) -> str:
+    """num_epochs=0 trains nothing, yet val.first and the test pass still run."""
+    s = make_scenario("loop-eval-only", [], first=0.5, cfg={"num_epochs": 0})
+    r = ctx.completed(s).rank0
+    if r.train_epochs:
+        raise CheckFailed(f"LOOP-3: num_epochs=0 trained epochs {r.epochs_trained}, "
+                          "expected none (eval-only)")
+    if r.end is not None and r.end.get("train_step") not in (0, None):
+        raise CheckFailed(f"LOOP-3: num_epochs=0 ended at train_step {r.end['train_step']}, "
+                          "expected 0")
+    if [v.phase for v in r.validations] != ["first"]:
+        raise CheckFailed(f"LOOP-3: num_epochs=0 with val.first ran "
+                          f"{len(r.validations)} validation(s), expected exactly the val.first one")
+    if len(r.tests) != 1:
+        raise CheckFailed(f"LOOP-3: num_epochs=0 with test.enable ran the test pass "
+                          f"{len(r.tests)} time(s), expected once")
+    return "num_epochs=0: no training step, val.first ran, test ran once"
+
+
+@check("LOOP-4", requires={"test_pass", "early_stopping"})
+def check_loop_tests_once_after_the_loop(ctx: CheckContext) -> str:
+    """The test pass runs once after the loop, after exhaustion or early stop; never if off."""
+    cases = {
+        "exhaustion": make_scenario("loop-test-exhaust", [0.1, 0.2, 0.3]),
+        "early stop": make_scenario("loop-test-stop", [0.5, 0.4, 0.3, 0.2],
+                                    cfg={"val.patience": 1}),
+    }
+    for why, s in cases.items():
+        r = ctx.completed(s).rank0
+        if len(r.tests) != 1:
+            raise CheckFailed(f"LOOP-4: after {why} the test pass ran {len(r.tests)} time(s), "
+                              "expected exactly once")
+        kinds = [e.get("ev") for e in r.events]
+        test_at = kinds.index("test")
+        if any(k in ("train_start", "val") for k in kinds[test_at:]):
+            raise CheckFailed(f"LOOP-4: after {why} the test pass ran before the loop ended "
+                              f"(events {kinds})")
+    off = make_scenario("loop-test-off", [0.1, 0.2], cfg={"test.enable": False})
+    r = ctx.completed(off).rank0
+    if r.tests:
+        raise CheckFailed(f"LOOP-4: with test.enable=false the test pass ran {len(r.tests)} "
+                          "time(s), expected never")
+    return "test ran once after exhaustion and after early stop, never with test.enable=false"

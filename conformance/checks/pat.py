@@ -1,0 +1,59 @@
+"""PAT: patience and early stopping (docs/spec/pat.md)."""
+
+from __future__ import annotations
+
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.common import make_scenario, match_decisions
+
+__all__: list[str] = []
+
+
+@check("PAT-1", requires={"early_stopping"})
+def check_patience_stops_exactly_on_time(ctx: CheckContext) -> str:
+    """The run stops right after the p-th consecutive counted non-improvement."""
+    cases = [
+        make_scenario("pat-stop-2", [0.5, 0.4, 0.3, 0.2, 0.1], cfg={"val.patience": 2}),
+        make_scenario("pat-stop-1", [0.5, 0.6, 0.6, 0.7], cfg={"val.patience": 1}),
+        make_scenario("pat-stop-min", [0.5, 0.6, 0.7, 0.8, 0.9],
+                      cfg={"val.patience": 3, "val.minimize": True}),
+    ]
+    stops = []
+    for s in cases:
+        stops.append(str(match_decisions("PAT-1", s, ctx.completed(s), what="stop").stop_epoch))
+    return f"stopped after epochs {', '.join(stops)}, as p consecutive non-improvements dictate"
+
+
+@check("PAT-2", requires={"early_stopping"})
+def check_improvement_refills_patience(ctx: CheckContext) -> str:
+    """An improvement refills the counter to p."""
+    s = make_scenario("pat-refill", [0.5, 0.4, 0.6, 0.5, 0.7, 0.6, 0.5, 0.4],
+                      cfg={"val.patience": 2})
+    outcome = match_decisions("PAT-2", s, ctx.completed(s))
+    return f"improvements at epochs 2 and 4 refilled patience; stop after epoch {outcome.stop_epoch}"
+
+
+@check("PAT-3", requires={"early_stopping", "start_patience"})
+def check_start_patience_delays_counting(ctx: CheckContext) -> str:
+    """Non-improvements at epochs below val.start_patience are not counted."""
+    s = make_scenario("pat-start", [0.5, 0.4, 0.3, 0.2, 0.1],
+                      cfg={"val.patience": 1, "val.start_patience": 2})
+    outcome = match_decisions("PAT-3", s, ctx.completed(s), what="stop")
+    return f"with start_patience=2, patience=1 the run stopped after epoch {outcome.stop_epoch}"
+
+
+@check("PAT-4", requires={"val_first"})
+def check_unset_patience_never_stops(ctx: CheckContext) -> str:
+    """With val.patience unset the run never stops early, with val.first too."""
+    cases = [
+        make_scenario("pat-unset", [0.5, 0.4, 0.3, 0.2, 0.1]),
+        make_scenario("pat-unset-first", [0.5, 0.4, 0.3, 0.2], first=0.9),
+    ]
+    for s in cases:
+        r = ctx.completed(s).rank0
+        n = s.get("num_epochs")
+        if r.epochs_trained != list(range(n)) or any(v.stop for v in r.validations):
+            stops = [v.epoch for v in r.validations if v.stop]
+            raise CheckFailed(f"PAT-4: with val.patience unset ({s.name}) the run trained "
+                              f"{r.epochs_trained} of {n} epochs and stopped after {stops}; "
+                              "expected every epoch and no stop")
+    return "no early stop with patience unset, with and without val.first, scores always worse"

@@ -1,0 +1,103 @@
+"""The suite's result types: what a check returns, what a clause gets, what a report holds.
+
+These are data, shared by the runner, the report writers, the CLI and the pytest plugin. The
+JSON form of :class:`Report` is a contract (design.md): keep its field names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "VERDICTS",
+    "CheckOutcome",
+    "CheckResult",
+    "ClauseResult",
+    "Level",
+    "Report",
+    "Verdict",
+    "worst_verdict",
+]
+
+Level = Literal["MUST", "SHOULD"]
+Verdict = Literal["pass", "fail", "deviation", "n/a", "error", "timeout"]
+CheckOutcome = Literal["passed", "failed", "n/a", "error", "timeout"]
+
+VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "deviation", "n/a", "error", "timeout")
+
+# A clause's verdict is that of its worst check. A proven violation outranks a check that could
+# not run; a run that hung outranks one the harness broke on; n/a only when nothing else ran.
+_CLAUSE_RANK: dict[CheckOutcome, int] = {"failed": 4, "timeout": 3, "error": 2, "passed": 1,
+                                         "n/a": 0}
+_TO_VERDICT: dict[CheckOutcome, Verdict] = {"failed": "fail", "timeout": "timeout",
+                                            "error": "error", "passed": "pass", "n/a": "n/a"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckResult:
+    """One check function's outcome on one target, with one line of evidence.
+
+    ``detail`` carries what does not fit a line: a traceback, the stacks of stuck ranks, a
+    reproducer.
+    """
+
+    name: str
+    clauses: tuple[str, ...]
+    outcome: CheckOutcome
+    evidence: str
+    duration_s: float
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClauseResult:
+    """A clause's verdict on a target, and the checks it rests on."""
+
+    id: str
+    level: Level
+    title: str
+    verdict: Verdict
+    evidence: str
+    checks: tuple[CheckResult, ...] = ()
+    deviation_reason: str | None = None
+    note: str = ""  # e.g. "declared as a deviation but passes: remove it"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """Every clause of the spec, judged on one target."""
+
+    trainspec: str
+    target: str
+    environment: dict[str, str | None]
+    clauses: tuple[ClauseResult, ...]
+    duration_s: float
+    selected: tuple[str, ...] = field(default=())
+
+    @property
+    def conformant(self) -> bool:
+        """Every MUST clause passes or is a declared deviation."""
+        return all(c.verdict in ("pass", "deviation") for c in self.clauses
+                   if c.level == "MUST" and (not self.selected or c.id in self.selected))
+
+    @property
+    def summary(self) -> dict[Verdict, int]:
+        counts: dict[Verdict, int] = dict.fromkeys(VERDICTS, 0)
+        for clause in self.clauses:
+            counts[clause.verdict] += 1
+        return counts
+
+    def clause(self, clause_id: str) -> ClauseResult:
+        for c in self.clauses:
+            if c.id == clause_id:
+                return c
+        raise KeyError(clause_id)
+
+
+def worst_verdict(outcomes: list[CheckOutcome]) -> Verdict:
+    """The clause verdict for its checks' outcomes (no checks at all is handled by the caller)."""
+    worst = max(outcomes, key=lambda o: _CLAUSE_RANK[o])
+    if worst == "n/a" and any(o == "passed" for o in outcomes):
+        return "pass"
+    return _TO_VERDICT[worst]

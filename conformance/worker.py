@@ -1,0 +1,276 @@
+"""A worker process: imports torch and the adapter once, then forks one child per run.
+
+The harness starts one worker per rank and speaks JSON lines with it over stdin and a private
+copy of stdout (fd 1 itself is pointed at stderr, so whatever the trainer prints cannot corrupt
+the protocol). Each run happens in a forked child, which makes every run start from the same warm
+state, lets a crash scenario really kill the process that trains, and bounds every run: a child
+that outlives its time is made to dump every thread's stack (faulthandler) and is killed with its
+whole process group. Nothing crosses a process boundary as a pickle.
+
+Run as ``python -m trainspec.conformance.worker``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import json
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["main"]
+
+_CONFORMANCE_DIRS = ("trainspec/conformance", "trainspec/adapters", "/conformance/",
+                     "/adapters/")
+
+
+class ChildContext:
+    """The :class:`~trainspec.conformance.adapter.RunContext` of a run in a forked child."""
+
+    def __init__(self, *, rank: int, world_size: int, ckpt_root: Path, events_fd: int,
+                 scenario: Any) -> None:
+        self._rank, self._world_size, self._ckpt_root = rank, world_size, ckpt_root
+        self._fd = events_fd
+        self._scenario = scenario
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def ckpt_root(self) -> Path:
+        return self._ckpt_root
+
+    def emit(self, event: dict[str, Any]) -> None:
+        # os.write on an fd opened before the run: no open() call for the audit hook to see,
+        # and a line is on disk before the next statement, so a kill loses nothing emitted
+        os.write(self._fd, (json.dumps(event) + "\n").encode())
+
+    def crash_point(self, where: Any, epoch: int) -> None:
+        from trainspec.conformance.probe import crash_matches, interrupt
+
+        crash = self._scenario.crash
+        if crash_matches(self._scenario, where, epoch, self._rank):
+            self.emit({"ev": "crash", "where": where, "epoch": epoch, "how": crash.how})
+            interrupt(crash.how)
+
+
+def _set_parent_death_signal() -> None:
+    """Linux: the child dies with its worker, so no run outlives the harness."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _install_write_watch(ctx: ChildContext, slow_writes_s: float) -> None:
+    """Record every write into the checkpoint folder this process makes (DIST-4, DBG-3)."""
+    import torch
+
+    root = str(ctx.ckpt_root.resolve())
+
+    def inside(path: object) -> str | None:
+        if isinstance(path, bytes):
+            path = path.decode(errors="replace")
+        if not isinstance(path, str | os.PathLike):
+            return None
+        full = os.path.abspath(os.fspath(path))
+        return full if full.startswith(root) else None
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open" and len(args) >= 2:
+            mode, path = args[1], inside(args[0])
+            flags = args[2] if len(args) > 2 else 0
+            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                mode is None and isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
+            if path and writes:
+                ctx.emit({"ev": "write", "path": path, "via": "open"})
+        elif event == "os.rename" and len(args) >= 2:
+            path = inside(args[1])
+            if path:
+                ctx.emit({"ev": "write", "path": path, "via": "rename"})
+
+    sys.addaudithook(hook)
+    original = torch.save
+
+    def watched_save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
+        target = inside(f) if not hasattr(f, "write") else inside(getattr(f, "name", None))
+        if target:
+            ctx.emit({"ev": "write", "path": target, "via": "torch.save"})
+            if slow_writes_s and ctx.rank == 0:
+                time.sleep(slow_writes_s)
+        original(obj, f, *args, **kwargs)
+
+    torch.save = watched_save
+    torch.serialization.save = watched_save
+
+
+def _error_is_ours(tb: traceback.StackSummary) -> bool:
+    """Whether the innermost frame of a traceback lies in the suite or an adapter."""
+    return bool(tb) and any(d in tb[-1].filename for d in _CONFORMANCE_DIRS)
+
+
+def _run_child(req: dict[str, Any], adapter: Any) -> int:
+    from trainspec.conformance.scenario import Scenario
+
+    job_dir = Path(req["job_dir"])
+    log = os.open(job_dir / f"rank{req['rank']}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.environ.update(req.get("env", {}))
+    scenario = Scenario.from_json(req["scenario"])
+    events_fd = os.open(job_dir / f"rank{req['rank']}.events.jsonl",
+                        os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    ctx = ChildContext(rank=req["rank"], world_size=scenario.world_size,
+                       ckpt_root=Path(req["ckpt_root"]), events_fd=events_fd, scenario=scenario)
+    _install_write_watch(ctx, scenario.task.slow_writes_s)
+    try:
+        adapter.run(scenario, ctx)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+        ctx.emit({"ev": "exit", "code": code})
+        return code
+    except BaseException as e:
+        tb = traceback.extract_tb(e.__traceback__)
+        ctx.emit({"ev": "error", "type": type(e).__name__, "message": str(e)[:2000],
+                  "traceback": "".join(traceback.format_exception(e))[-8000:],
+                  "ours": _error_is_ours(tb)})
+        return 1
+    ctx.emit({"ev": "done"})
+    return 0
+
+
+def _wait(pid: int, timeout_s: float) -> int | None:
+    """The child's wait status, or None when it is still running at the deadline."""
+    fd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([fd], [], [], max(timeout_s, 0.0))
+    finally:
+        os.close(fd)
+    if not ready:
+        return None
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _run(req: dict[str, Any], adapter: Any) -> dict[str, Any]:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the worker's loop
+        code = 1
+        try:
+            os.setpgid(0, 0)
+            _set_parent_death_signal()
+            code = _run_child(req, adapter)
+        finally:
+            os._exit(code)
+    timeout_s = float(req["timeout_s"])
+    status = _wait(pid, timeout_s)
+    stack = ""
+    if status is None:
+        log_path = Path(req["job_dir"]) / f"rank{req['rank']}.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+        status = _wait(pid, 1.0)
+        if log_path.exists():
+            with log_path.open(errors="replace") as f:
+                f.seek(offset)
+                stack = f.read()[-20000:]
+        _kill_group(pid)
+        if status is None:
+            _, status = os.waitpid(pid, 0)
+        _kill_group(pid)
+        return {"status": "timeout", "stack": stack, "timeout_s": timeout_s}
+    _kill_group(pid)  # grandchildren (loader workers, launchers) go with it
+    if os.WIFSIGNALED(status):
+        return {"status": "killed", "signal": os.WTERMSIG(status)}
+    code = os.WEXITSTATUS(status)
+    return {"status": "exited", "code": code}
+
+
+def _load_adapter(spec: dict[str, Any], cache: dict[str, Any]) -> Any:
+    key = json.dumps(spec, sort_keys=True)
+    if key not in cache:
+        from trainspec.adapters.base_trainer import load_object
+
+        factory = load_object(spec["factory"])
+        cache[key] = factory(*spec.get("args", []))
+    return cache[key]
+
+
+def _warm_up() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    # the first optimizer pays torch._dynamo's import (~1 s): once here, not in every child
+    model = torch.nn.Linear(2, 2)
+    torch.optim.Adam(model.parameters()).step()
+    torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(2, 2)))
+
+
+def _serve(proto: IO[str]) -> None:
+    cache: dict[str, Any] = {}
+    for line in sys.stdin:
+        req = json.loads(line)
+        reply: dict[str, Any] = {"id": req.get("id")}
+        try:
+            if req["op"] == "shutdown":
+                break
+            if req["op"] == "ping":
+                reply["ok"] = True
+            else:
+                adapter = _load_adapter(req["adapter"], cache)
+                for module in req.get("preload", []):
+                    __import__(module)
+                if req["op"] == "describe":
+                    reply["name"] = str(adapter.name)
+                    reply["capabilities"] = sorted(adapter.capabilities())
+                    reply["environment"] = adapter.environment()
+                elif req["op"] == "run":
+                    reply.update(_run(req, adapter))
+                else:
+                    raise ValueError(f"unknown op {req['op']!r}")
+        except Exception as e:
+            reply["status"] = "worker_error"
+            reply["error"] = f"{type(e).__name__}: {e}"
+            reply["traceback"] = traceback.format_exc()[-8000:]
+        proto.write(json.dumps(reply) + "\n")
+        proto.flush()
+
+
+def main() -> None:
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # prints from imported code land on stderr, never in the protocol
+    sys.stdout = sys.stderr
+    warnings.simplefilter("ignore")  # the trainer's warnings are not the worker's business
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides when workers stop
+    _warm_up()
+    proto.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    proto.flush()
+    _serve(proto)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Checkpoint files: written atomically, read without ever running code embedded in them.
+
+A write goes to a temporary file in the destination folder, is flushed and fsynced, then renamed
+over the destination with ``os.replace``: a crash at any point leaves either the old file or the
+new one at that path, never a torn one (CKPT-2). A read uses ``torch.load(weights_only=True)``,
+which refuses pickled callables (CKPT-3); a missing file names every location tried and a
+corrupt one names the file (CKPT-4).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainspec.errors import CheckpointCorruptError, CheckpointNotFoundError
+
+__all__ = ["find_checkpoint", "load_checkpoint", "save_checkpoint"]
+
+
+def save_checkpoint(path: Path, state: Mapping[str, Any], *, fsync: bool = True) -> Path:
+    """Write ``state`` to ``path`` atomically and return ``path``.
+
+    ``fsync=False`` skips the two fsyncs: the rename stays atomic against a crash of the
+    process, but not against a power loss.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(dict(state), f)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        # the rename itself is durable only once the folder's entry is on disk
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return path
+
+
+def find_checkpoint(load_from: str, ckpt_dir: str) -> Path:
+    """Resolve ``load_from`` as given, then relative to ``ckpt_dir``; name both when neither is.
+
+    Raises:
+        CheckpointNotFoundError: no file at any candidate location.
+    """
+    given = Path(load_from).expanduser()
+    candidates: Sequence[Path] = [given]
+    if not given.is_absolute():
+        candidates = [given, Path(ckpt_dir).expanduser() / given]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    tried = ", ".join(str(c) for c in candidates)
+    raise CheckpointNotFoundError(
+        f"ckpt.load_from: no checkpoint file found; tried {tried}. Point ckpt.load_from at an "
+        "existing .pt file, absolute or relative to ckpt.dir, or unset it to start fresh."
+    )
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint with a weights-only unpickler, mapped to the CPU.
+
+    Raises:
+        CheckpointCorruptError: the file is truncated, not a torch checkpoint, not a dict, or
+            holds objects a weights-only load refuses (which could run code if unpickled).
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointCorruptError(
+            f"{path}: refused to load, the checkpoint holds objects a weights-only load does not "
+            f"allow ({_first_line(e)}). Loading it fully could execute code embedded in it; "
+            "re-save it with tensors, numbers, strings and plain containers only."
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+        raise CheckpointCorruptError(
+            f"{path}: cannot read the checkpoint, it is truncated or corrupt ({_first_line(e)}). "
+            "Resume from an earlier checkpoint (last.pt, epoch_<e>.pt) or start fresh."
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointCorruptError(
+            f"{path}: expected a checkpoint dict, found a {type(state).__name__}. "
+            "Load a file written by the trainer's save path."
+        )
+    return state
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
