@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import torch
-
 from trainspec.conformance.adapter import CAPABILITIES, Capability, RunContext
 from trainspec.conformance.probe import make_probe
 from trainspec.conformance.scenario import Scenario
@@ -78,7 +76,7 @@ class BaseTrainerAdapter:
         return {"framework": None, "trainer": self.trainer_ref}
 
     def build_config(self, scenario: Scenario, ctx: RunContext) -> Any:
-        config: dict[str, Any] = {k: v for k, v in scenario.config.items()}
+        config: dict[str, Any] = dict(scenario.config)
         config["ckpt"] = {**config.get("ckpt", {})}
         if not config["ckpt"].get("dir"):
             config["ckpt"]["dir"] = str(ctx.ckpt_root)
@@ -104,7 +102,3 @@ class BaseTrainerAdapter:
         trainer = probe_cls(cfg, ctx.rank, ctx.world_size)
         trainer.train()
         ctx.emit(trainer.probe_end())
-
-
-def default_device_ok() -> bool:
-    return torch.cuda.is_available()

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from trainspec.conformance.model import CheckResult, Report
 from trainspec.conformance.runner import resolve_target, run_checks
 
-__all__ = ["Report", "check"]
+__all__ = ["Report", "check", "replay"]
 
 
 def check(target: str | None = None, *, base_trainer: str | None = None,
@@ -29,3 +29,26 @@ def check(target: str | None = None, *, base_trainer: str | None = None,
     return run_checks(resolve_target(target, base_trainer), clauses=clauses,
                       world_size=world_size, timeout_s=timeout_s, deviations=deviations,
                       on_result=on_result)
+
+
+def replay(target: str | None = None, *, base_trainer: str | None = None, clause: str,
+           scenario: str | Mapping[str, object]) -> None:
+    """Run one scenario (a reproducer's JSON) on a target and judge its decisions.
+
+    Raises :class:`~trainspec.conformance.checks.CheckFailed` with the evidence on a slip.
+    """
+    import json
+
+    from trainspec.conformance.checks.base import RunBroke
+    from trainspec.conformance.checks.common import match_decisions
+    from trainspec.conformance.harness import Harness
+    from trainspec.conformance.scenario import Scenario
+
+    data = json.loads(scenario) if isinstance(scenario, str) else scenario
+    s = Scenario.from_json(data)
+    with Harness(resolve_target(target, base_trainer).adapter) as harness:
+        trace = harness.run(s)
+    if not trace.completed:
+        raise RunBroke(trace, s)
+    match_decisions(clause, s, trace)
+    print(f"{clause}: the trainer matches the oracle on this scenario")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from trainspec.conformance.scenario import Scenario
 from trainspec.conformance.trace import (
@@ -133,8 +134,8 @@ class _Worker:
 class World:
     """``size`` workers, one per rank, reused across runs."""
 
-    def __init__(self, size: int, adapter: AdapterSpec, root: Path) -> None:
-        self.size, self.adapter, self.root = size, adapter, root
+    def __init__(self, size: int, root: Path) -> None:
+        self.size, self.root = size, root
         self.workers: list[_Worker] = []
         self._jobs = itertools.count()
         self._start()
@@ -150,17 +151,17 @@ class World:
             w.close()
         self._start()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, adapter: AdapterSpec) -> dict[str, Any]:
         worker = self.workers[0]
-        worker.send({"op": "describe", "adapter": self.adapter.to_json(),
-                     "preload": list(self.adapter.preload)})
+        worker.send({"op": "describe", "adapter": adapter.to_json(),
+                     "preload": list(adapter.preload)})
         reply = worker.receive(_START_TIMEOUT_S)
         if reply.get("status") == "worker_error":
-            raise AdapterError(f"{self.adapter.factory}: {reply['error']}\n{reply['traceback']}")
+            raise AdapterError(f"{adapter.factory}: {reply['error']}\n{reply['traceback']}")
         return reply
 
-    def run(self, scenario: Scenario, *, ckpt_root: Path, timeout_s: float,
-            preload: Sequence[str] = ()) -> Trace:
+    def run(self, scenario: Scenario, *, adapter: AdapterSpec, ckpt_root: Path,
+            timeout_s: float, preload: Sequence[str] = ()) -> Trace:
         """One run of ``scenario`` on every rank; files under ``ckpt_root`` are read after."""
         if scenario.world_size != self.size:
             raise HarnessError(f"scenario {scenario.name!r} needs {scenario.world_size} ranks, "
@@ -171,7 +172,7 @@ class World:
         store = None
         env: dict[str, str] = {}
         if self.size > 1:
-            store = torch.distributed.TCPStore("127.0.0.1", 0, world_size=self.size,
+            store = TCPStore("127.0.0.1", 0, world_size=self.size,
                                                is_master=True, wait_for_workers=False)
             env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
                    "WORLD_SIZE": str(self.size), "TORCHELASTIC_USE_AGENT_STORE": "True"}
@@ -179,8 +180,8 @@ class World:
         try:
             for rank, worker in enumerate(self.workers):
                 rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)} if env else {}
-                worker.send({"op": "run", "adapter": self.adapter.to_json(),
-                             "preload": [*self.adapter.preload, *preload],
+                worker.send({"op": "run", "adapter": adapter.to_json(),
+                             "preload": [*adapter.preload, *preload],
                              "scenario": scenario.to_json(), "rank": rank,
                              "job_dir": str(job_dir), "ckpt_root": str(ckpt_root),
                              "timeout_s": timeout_s, "env": rank_env})
@@ -192,6 +193,32 @@ class World:
                       enumerate(replies))
         return Trace(scenario_name=scenario.name, ranks=ranks, files=collect_files(ckpt_root),
                      duration_s=duration)
+
+    def run_property(self, name: str, *, adapter: AdapterSpec, max_examples: int,
+                     timeout_s: float) -> dict[str, Any]:
+        """A hypothesis property run next to the trainer in one bounded child (one rank)."""
+        job_dir = self.root / f"job{next(self._jobs)}-property-{name}"
+        job_dir.mkdir(parents=True)
+        worker = self.workers[0]
+        worker.send({"op": "property", "adapter": adapter.to_json(), "property": name,
+                     "max_examples": max_examples, "rank": 0, "job_dir": str(job_dir),
+                     "timeout_s": timeout_s, "preload": list(adapter.preload)})
+        reply = self._collect_one(worker, timeout_s)
+        out = job_dir / "property.json"
+        if reply.get("status") == "exited" and reply.get("code") == 0 and out.exists():
+            result: dict[str, Any] = json.loads(out.read_text())
+            return result
+        log = job_dir / "rank0.log"
+        tail = log.read_text(errors="replace")[-6000:] if log.exists() else ""
+        return {"passed": None, "status": reply.get("status"), "detail": reply.get("stack") or
+                tail, "error": reply.get("error", f"the property run {reply.get('status')}")}
+
+    def _collect_one(self, worker: _Worker, timeout_s: float) -> dict[str, Any]:
+        try:
+            return worker.receive(timeout_s + 15.0)
+        except HarnessError as e:
+            self.restart()
+            return {"status": "lost", "error": str(e)}
 
     def _collect(self, timeout_s: float) -> list[dict[str, Any]]:
         replies: list[dict[str, Any]] = []
@@ -275,7 +302,7 @@ class Harness:
 
     def world(self, size: int) -> World:
         if size not in self.worlds:
-            self.worlds[size] = World(size, self.adapter, self.root)
+            self.worlds[size] = World(size, self.root)
         return self.worlds[size]
 
     def new_ckpt_root(self, label: str) -> Path:
@@ -283,12 +310,23 @@ class Harness:
         path.mkdir(parents=True)
         return path
 
-    def run(self, scenario: Scenario, *, ckpt_root: Path | None = None,
-            timeout_s: float | None = None) -> Trace:
+    def describe(self, adapter: AdapterSpec | None = None) -> dict[str, Any]:
+        return self.world(1).describe(adapter or self.adapter)
+
+    def run(self, scenario: Scenario, *, adapter: AdapterSpec | None = None,
+            ckpt_root: Path | None = None, timeout_s: float | None = None) -> Trace:
         root = ckpt_root if ckpt_root is not None else self.new_ckpt_root(scenario.name)
         preload = ("torchmetrics",) if scenario.task.metric == "torchmetrics" else ()
         return self.world(scenario.world_size).run(
-            scenario, ckpt_root=root, timeout_s=timeout_s or self.timeout_s, preload=preload)
+            scenario, adapter=adapter or self.adapter, ckpt_root=root,
+            timeout_s=timeout_s or self.timeout_s, preload=preload)
+
+    def property(self, name: str, *, max_examples: int,
+                 adapter: AdapterSpec | None = None) -> dict[str, Any]:
+        # a property is many runs: its bound scales with the examples it may take
+        return self.world(1).run_property(name, adapter=adapter or self.adapter,
+                                          max_examples=max_examples,
+                                          timeout_s=self.timeout_s + 0.5 * max_examples)
 
     def close(self) -> None:
         for world in self.worlds.values():

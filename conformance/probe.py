@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from trainspec.conformance.adapter import RunContext
@@ -47,7 +47,7 @@ def rng_digests() -> dict[str, str]:
         import numpy
     except ImportError:
         return out
-    state = numpy.random.get_state(legacy=True)
+    state: Any = numpy.random.get_state(legacy=True)
     out["numpy"] = _digest(state[1].tobytes() + repr(state[2:]).encode())
     return out
 
@@ -133,7 +133,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
     """A subclass of ``base`` that trains the scenario's task and records what the base does."""
     task = scenario.task
 
-    class Probe(base):  # type: ignore[misc, valid-type]
+    class Probe(base):  # type: ignore[misc]
         _trained_this_run = False
 
         def setup(self, ckpt: dict[str, Any] | None) -> None:
@@ -222,8 +222,8 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
             self.model.train()
             batches = steps = 0
             for i, (x, y) in enumerate(self.train_loader):
-                loss = F.cross_entropy(self.model(x.to(device)), y.to(device)) / accum
-                loss.backward()
+                loss = functional.cross_entropy(self.model(x.to(device)), y.to(device)) / accum
+                loss.backward()  # type: ignore[no-untyped-call]
                 batches += 1
                 if (i + 1) % accum == 0:  # no flush of a partial window: debug must force 1
                     self.clip_and_log_grad_norm(self.model)

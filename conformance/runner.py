@@ -9,6 +9,7 @@ flagged so it can be removed.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ from trainspec.conformance import clauses as registry
 from trainspec.conformance.adapter import CAPABILITIES, Capability
 from trainspec.conformance.checks import CHECKS, CheckContext, CheckSpec, run_check
 from trainspec.conformance.harness import AdapterSpec, Harness
-from trainspec.conformance.model import CheckResult, ClauseResult, Report, worst_verdict
+from trainspec.conformance.model import CheckResult, ClauseResult, Report, Verdict, worst_verdict
 from trainspec.errors import AdapterError, UsageError
 
 __all__ = ["BUILTIN_TARGETS", "Target", "judge_clauses", "resolve_target", "run_checks"]
@@ -43,6 +44,14 @@ BUILTIN_TARGETS: dict[str, AdapterSpec] = {
 class Target:
     label: str
     adapter: AdapterSpec
+    is_base_trainer: bool = False
+
+    @property
+    def reproducer_args(self) -> str:
+        """How :func:`trainspec.conformance.api.replay` names this target."""
+        if self.is_base_trainer:
+            return f"base_trainer={self.label!r}"
+        return f"{self.label!r}"
 
 
 def resolve_target(target: str | None = None, base_trainer: str | None = None) -> Target:
@@ -55,7 +64,7 @@ def resolve_target(target: str | None = None, base_trainer: str | None = None) -
         if ":" not in base_trainer:
             raise UsageError(f"--base-trainer: expected MODULE:CLASS, got {base_trainer!r} "
                              "(e.g. mypkg.trainers:BaseTrainer)")
-        return Target(label=base_trainer,
+        return Target(label=base_trainer, is_base_trainer=True,
                       adapter=AdapterSpec(factory=BASE_TRAINER_ADAPTER, args=(base_trainer,)))
     name = target or "reference"
     if name in BUILTIN_TARGETS:
@@ -74,17 +83,25 @@ def _selected_checks(selected: Sequence[str], world_size: int) -> list[CheckSpec
 
 def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 2,
                timeout_s: float = 60.0, deviations: Mapping[str, str] | None = None,
-               on_result: Callable[[CheckResult], None] | None = None) -> Report:
-    """Run every check of the selected clauses on ``target``; one report, every clause."""
+               on_result: Callable[[CheckResult], None] | None = None,
+               harness: Harness | None = None, max_examples: int = 60) -> Report:
+    """Run every check of the selected clauses on ``target``; one report, every clause.
+
+    A ``harness`` passed in is reused (and left open): several targets can share its workers.
+    """
     started = time.monotonic()
     selected = registry.select(clauses)
     if world_size < 1:
         raise UsageError(f"--world-size: expected 1 or more ranks, got {world_size}")
     results: list[CheckResult] = []
-    with Harness(target.adapter, timeout_s=timeout_s) as harness:
-        described = harness.world(1).describe()
+    with contextlib.ExitStack() as stack:
+        if harness is None:
+            harness = stack.enter_context(Harness(target.adapter, timeout_s=timeout_s))
+        described = harness.describe(target.adapter)
         capabilities = _capabilities(target, described.get("capabilities", []))
-        ctx = CheckContext(harness=harness, capabilities=capabilities, world_size=world_size)
+        ctx = CheckContext(harness=harness, adapter=target.adapter, capabilities=capabilities,
+                           world_size=world_size, target_args=target.reproducer_args,
+                           max_examples=max_examples)
         for spec in _selected_checks(selected, world_size):
             result = run_check(spec, ctx)
             results.append(result)
@@ -119,6 +136,7 @@ def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],
     for clause in registry.CLAUSES:
         mine = [r for r in results if clause.id in r.clauses]
         reason = deviations.get(clause.id)
+        verdict: Verdict
         if clause.id not in selected:
             verdict, evidence, note = "n/a", "not selected (--clauses)", ""
         elif not mine and any(clause.id in s.clauses for s in CHECKS.values()):

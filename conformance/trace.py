@@ -66,7 +66,7 @@ def decode(obj: Any) -> Any:
 
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Every complete JSON line of an events file; a line torn by a kill is dropped."""
-    events = []
+    events: list[dict[str, Any]] = []
     if not path.exists():
         return events
     for line in path.read_text(errors="replace").splitlines():

@@ -121,9 +121,8 @@ def _error_is_ours(tb: traceback.StackSummary) -> bool:
     return bool(tb) and any(d in tb[-1].filename for d in _CONFORMANCE_DIRS)
 
 
-def _run_child(req: dict[str, Any], adapter: Any) -> int:
-    from trainspec.conformance.scenario import Scenario
-
+def _child_setup(req: dict[str, Any]) -> None:
+    """Point the child's output at its log, arm the stack dump, take the run's environment."""
     job_dir = Path(req["job_dir"])
     log = os.open(job_dir / f"rank{req['rank']}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)
@@ -133,6 +132,28 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.environ.update(req.get("env", {}))
+
+
+def _child_main(req: dict[str, Any], adapter: Any) -> int:
+    _child_setup(req)
+    if req["op"] == "property":
+        return _property_child(req, adapter)
+    return _run_child(req, adapter)
+
+
+def _property_child(req: dict[str, Any], adapter: Any) -> int:
+    from trainspec.conformance.properties import run_property
+
+    result = run_property(req["property"], adapter, max_examples=int(req["max_examples"]))
+    out = Path(req["job_dir"]) / "property.json"
+    out.write_text(json.dumps(result))
+    return 0
+
+
+def _run_child(req: dict[str, Any], adapter: Any) -> int:
+    from trainspec.conformance.scenario import Scenario
+
+    job_dir = Path(req["job_dir"])
     scenario = Scenario.from_json(req["scenario"])
     events_fd = os.open(job_dir / f"rank{req['rank']}.events.jsonl",
                         os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -182,7 +203,7 @@ def _run(req: dict[str, Any], adapter: Any) -> dict[str, Any]:
         try:
             os.setpgid(0, 0)
             _set_parent_death_signal()
-            code = _run_child(req, adapter)
+            code = _child_main(req, adapter)
         finally:
             os._exit(code)
     timeout_s = float(req["timeout_s"])
@@ -248,7 +269,7 @@ def _serve(proto: IO[str]) -> None:
                     reply["name"] = str(adapter.name)
                     reply["capabilities"] = sorted(adapter.capabilities())
                     reply["environment"] = adapter.environment()
-                elif req["op"] == "run":
+                elif req["op"] in ("run", "property"):
                     reply.update(_run(req, adapter))
                 else:
                     raise ValueError(f"unknown op {req['op']!r}")

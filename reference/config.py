@@ -13,6 +13,7 @@ derives the config a run actually follows.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
@@ -61,7 +62,7 @@ def _float(key: str, value: object, *, minimum: float, strict: bool, fix: str) -
     if ok:
         number = float(value)  # type: ignore[arg-type]
         ok = number > minimum if strict else number >= minimum
-        if ok and number == number and number != float("inf"):
+        if ok and math.isfinite(number):
             return number
     bound = f"> {minimum}" if strict else f">= {minimum}"
     raise _fail(key, f"a finite number {bound}", value, fix)

@@ -6,6 +6,7 @@ States are packed into tensors of fixed shape so that a checkpoint stays loadabl
 
 from __future__ import annotations
 
+import math
 import random
 from types import ModuleType
 
@@ -56,7 +57,7 @@ def restore_rng(state: dict[str, torch.Tensor], device: torch.device) -> list[st
     if "python" in state:
         values = state["python"].tolist()
         gauss = float(state["python_gauss"].item())
-        random.setstate((values[0], tuple(values[1:]), None if gauss != gauss else gauss))
+        random.setstate((values[0], tuple(values[1:]), None if math.isnan(gauss) else gauss))
         restored.append("python")
     np = _numpy()
     if np is not None and "numpy" in state:

@@ -44,7 +44,7 @@ class Stateful(Protocol):
     """What :meth:`BaseTrainer.add_checkpoint_items` accepts: a model, optimizer, scheduler..."""
 
     def state_dict(self) -> Mapping[str, Any]: ...
-    def load_state_dict(self, state_dict: Mapping[str, Any], /) -> Any: ...
+    def load_state_dict(self, state_dict: dict[str, Any], /) -> Any: ...
 
 
 def _unwrap(item: Stateful) -> Stateful:
@@ -133,7 +133,7 @@ class BaseTrainer(ABC):
         """Evaluate once after the loop, on ``best_model`` when set (BEST-4)."""
         self.logger.warn("test() is not implemented by this trainer; nothing evaluated")
 
-    def log_training_results(self) -> None:
+    def log_training_results(self) -> None:  # noqa: B027 (an optional hook, empty by default)
         """Called once after the test pass."""
 
     # ---------------------------------------------------------------- the loop
@@ -153,15 +153,14 @@ class BaseTrainer(ABC):
                 should_stop = self._stopped
                 if cfg.val.first and not self.is_resumed:
                     should_stop = self._validate()
-                for epoch in range(self.epoch, cfg.num_epochs):
+                for epoch in self._epochs():
                     if should_stop:
                         break
                     self.epoch = epoch
                     self.train_epoch()
                     self._completed_epoch = epoch
                     self._push_epoch_metrics()
-                    is_due = epoch % cfg.val.every_n_epochs == 0 or epoch == cfg.num_epochs - 1
-                    if is_due:
+                    if self._is_validation_due(epoch):
                         should_stop = self._validate()
                     self._write_epoch_checkpoints()
                     # every file of this epoch is complete before any rank trains the next
@@ -169,12 +168,24 @@ class BaseTrainer(ABC):
                     progress.update(epoch_done=epoch + 1, note=self._best_note())
                     if self.pg.any_rank(self._sigterm_received):
                         self._preempt()
-            if cfg.test.enable:
+            if self._should_test():
                 self.test()
             self.log_training_results()
         finally:
             progress.close()
             self.pg.close()
+
+    def _epochs(self) -> range:
+        """The epochs this run trains: from the start (0, or k+1 on resume) to the end."""
+        return range(self.epoch, self.cfg.num_epochs)
+
+    def _is_validation_due(self, epoch: int) -> bool:
+        """Every ``val.every_n_epochs`` epochs, and always after the final one."""
+        return epoch % self.cfg.val.every_n_epochs == 0 or epoch == self.cfg.num_epochs - 1
+
+    def _should_test(self) -> bool:
+        """Once after the loop, however it ended, when ``test.enable``."""
+        return self.cfg.test.enable
 
     def _validate(self) -> bool:
         # the verdict is reduced over ranks: one rank leaving the loop alone would leave the
@@ -247,12 +258,15 @@ class BaseTrainer(ABC):
             return False
         self.best_score = score
         self.best_epoch = self._completed_epoch
-        self.best_model = {k: v.detach().to("cpu", copy=True)
-                           for k, v in self.model.state_dict().items()}
+        self.best_model = self._snapshot_weights()
         self.best_metrics = {f"best/val/{k}": float(v) for k, v in (metrics or {}).items()}
         self.best_metrics["best/val/score"] = score
         self._save("best.pt")
         return True
+
+    def _snapshot_weights(self) -> dict[str, torch.Tensor]:
+        """A host copy of the model's weights: later training never changes it (BEST-2)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def step_patience(self, improved: bool) -> bool:
         """Count this validation for early stopping; True once patience is exhausted.
@@ -421,7 +435,7 @@ class BaseTrainer(ABC):
             raise ResumeMismatchError(
                 f"{where}: val.minimize is {self.val_minimize} but the checkpoint's best score "
                 f"was tracked with minimize={saved.get('minimize')}. {way_out}")
-        before = {name: deepcopy(item.state_dict()) for name, item in items.items()}
+        before = {name: dict(deepcopy(item.state_dict())) for name, item in items.items()}
         loaded: list[str] = []
         for name, item in items.items():
             try:

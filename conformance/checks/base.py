@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainspec.conformance.adapter import Capability
-from trainspec.conformance.harness import Harness
+from trainspec.conformance.harness import AdapterSpec, Harness
 from trainspec.conformance.model import CheckResult
 from trainspec.conformance.scenario import Scenario
 from trainspec.conformance.trace import Trace
@@ -106,15 +106,18 @@ class CheckContext:
     """What a check sees: the harness, the target's capabilities, and a cache of runs."""
 
     harness: Harness
+    adapter: AdapterSpec
     capabilities: frozenset[Capability]
     world_size: int = 2
+    target_args: str = "target='reference'"  # how a reproducer names the target
+    max_examples: int = 60
     _cache: dict[str, Trace] = field(default_factory=dict)
 
     def run(self, scenario: Scenario) -> Trace:
         """The trace of one run (cached: a scenario is deterministic)."""
         key = json.dumps(scenario.to_json(), sort_keys=True)
         if key not in self._cache:
-            self._cache[key] = self.harness.run(scenario)
+            self._cache[key] = self.harness.run(scenario, adapter=self.adapter)
         return self._cache[key]
 
     def completed(self, scenario: Scenario) -> Trace:
@@ -155,6 +158,8 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
         if e.ours:
             return result("error", str(e), e.detail)
         return result("failed", str(e), e.detail)
+    except PropertyTimeout as e:
+        return result("timeout", str(e), e.detail)
     except (HarnessError, AdapterError) as e:
         return result("error", f"{type(e).__name__}: {e}".splitlines()[0],
                       traceback.format_exc())
@@ -162,3 +167,27 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
         return result("error", f"internal error in {spec.name}: {type(e).__name__}: {e}",
                       traceback.format_exc())
     return result("passed", evidence)
+
+
+def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: int) -> str:
+    """Run a hypothesis property next to the trainer; failing examples come back shrunk."""
+    from trainspec.conformance.properties import reproducer
+
+    result = ctx.harness.property(name, max_examples=max_examples, adapter=ctx.adapter)
+    if result.get("passed") is True:
+        return f"{result['examples']} generated score sequences and configs matched the oracle"
+    if result.get("passed") is None:
+        status = result.get("status")
+        message = f"{clause}: the property run {status}: {result.get('error')}"
+        if status == "timeout":
+            raise PropertyTimeout(message, str(result.get("detail", "")))
+        raise HarnessError(message)
+    repro = reproducer(ctx.target_args, clause, result["scenario"])
+    raise CheckFailed(f"{result['evidence']} [falsifying example after "
+                      f"{result['examples']} runs; reproducer in the detail]", repro)
+
+
+class PropertyTimeout(Exception):
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check, property_check
 from trainspec.conformance.checks.common import (
     changed,
     make_scenario,
@@ -104,3 +104,9 @@ def check_test_sees_best_weights(ctx: CheckContext) -> str:
         raise CheckFailed(f"BEST-4: with no improvement recorded the test pass saw other "
                           f"weights than the final ones: {diff}")
     return "test saw epoch 0's (best) weights; with no improvement, the final weights"
+
+
+@check("BEST-1")
+def check_best_selection_matches_the_oracle(ctx: CheckContext) -> str:
+    """Generated runs with ties: improvement flags and the best weights equal the oracle's."""
+    return property_check(ctx, "improvements", "BEST-1", max_examples=ctx.max_examples // 2)

@@ -54,7 +54,8 @@ def label(epoch: int | None) -> str:
 
 def describe(s: Scenario) -> str:
     """The config keys that matter for decisions, in one short phrase."""
-    parts = [f"scores {fmt_scores([s.scores.pooled(e, s.world_size) for e in range(len(s.scores.epochs))])}"]
+    pooled = [s.scores.pooled(e, s.world_size) for e in range(len(s.scores.epochs))]
+    parts = [f"scores {fmt_scores(pooled)}"]
     if s.scores.first is not None:
         parts.append(f"val.first score {_fmt(s.scores.pooled(None, s.world_size))}")
     for key in ("val.patience", "val.start_patience", "val.minimize", "val.every_n_epochs",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check, property_check
 from trainspec.conformance.checks.common import make_scenario, match_decisions, weights_diff
 
 __all__: list[str] = []
@@ -61,4 +61,11 @@ def check_nonfinite_score_counts_once_for_patience(ctx: CheckContext) -> str:
     for s in cases:
         outcome = match_decisions("NAN-3", s, ctx.completed(s))
         stops.append(str(outcome.stop_epoch))
-    return f"non-finite scores counted once each; stops after epochs {', '.join(stops)} as the oracle"
+    return f"non-finite scores counted once each; stops after epochs {', '.join(stops)}, as " \
+        "the oracle says"
+
+
+@check("NAN-1", "NAN-2")
+def check_nonfinite_runs_match_the_oracle(ctx: CheckContext) -> str:
+    """Generated runs opening with NaN/inf: improvements and best weights equal the oracle's."""
+    return property_check(ctx, "nonfinite", "NAN-2", max_examples=ctx.max_examples // 2)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check, property_check
 from trainspec.conformance.checks.common import make_scenario, match_decisions
 
 __all__: list[str] = []
@@ -29,7 +29,8 @@ def check_improvement_refills_patience(ctx: CheckContext) -> str:
     s = make_scenario("pat-refill", [0.5, 0.4, 0.6, 0.5, 0.7, 0.6, 0.5, 0.4],
                       cfg={"val.patience": 2})
     outcome = match_decisions("PAT-2", s, ctx.completed(s))
-    return f"improvements at epochs 2 and 4 refilled patience; stop after epoch {outcome.stop_epoch}"
+    return f"improvements at epochs 2 and 4 refilled patience; stopped after epoch " \
+        f"{outcome.stop_epoch}"
 
 
 @check("PAT-3", requires={"early_stopping", "start_patience"})
@@ -57,3 +58,9 @@ def check_unset_patience_never_stops(ctx: CheckContext) -> str:
                               f"{r.epochs_trained} of {n} epochs and stopped after {stops}; "
                               "expected every epoch and no stop")
     return "no early stop with patience unset, with and without val.first, scores always worse"
+
+
+@check("PAT-5")
+def check_decisions_match_the_oracle(ctx: CheckContext) -> str:
+    """Improvement flags, stop epoch and best epoch equal the oracle's, for generated runs."""
+    return property_check(ctx, "decisions", "PAT-5", max_examples=ctx.max_examples)

@@ -31,6 +31,7 @@ __all__ = [
     "PooledTrainer",
     "ScriptedTrainer",
     "Validation",
+    "assert_same_state",
     "assert_same_weights",
     "files_under",
     "make_config",
@@ -117,6 +118,27 @@ def assert_same_weights(actual: Mapping[str, torch.Tensor],
         assert torch.equal(strip[key], value), f"{key} differs"
 
 
+def assert_same_state(actual: object, expected: object, where: str = "state") -> None:
+    """Deep equality of nested state (dicts, lists, tensors bitwise, numbers with NaN == NaN)."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), where
+        assert torch.equal(actual, expected), f"{where} differs"
+    elif isinstance(expected, Mapping):
+        assert isinstance(actual, Mapping), where
+        assert set(actual) == set(expected), f"{where}: keys {set(actual)} != {set(expected)}"
+        for key in expected:
+            assert_same_state(actual[key], expected[key], f"{where}[{key!r}]")
+    elif isinstance(expected, list | tuple):
+        assert isinstance(actual, list | tuple), where
+        assert len(actual) == len(expected), where
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_same_state(a, e, f"{where}[{i}]")
+    elif isinstance(expected, float) and math.isnan(expected):
+        assert isinstance(actual, float) and math.isnan(actual), where
+    else:
+        assert actual == expected, f"{where}: {actual!r} != {expected!r}"
+
+
 def _make_data(n: int, seed: int) -> TensorDataset:
     gen = torch.Generator().manual_seed(seed)
     features = torch.randn(n, 4, generator=gen)
@@ -127,28 +149,36 @@ def _make_data(n: int, seed: int) -> TensorDataset:
 class ScriptedTrainer(BaseTrainer):
     """A trainer whose validation scores come from a script.
 
+    An epoch ends with an optimizer step on its last batch even when the batch count is not a
+    multiple of ``grad_accum_steps`` (``steps_on_last_batch = False`` turns that off, as in a
+    trainer that steps on accumulation boundaries only).
+
     Args:
         cfg: the run's config (see :func:`make_config`).
         scores: the score of the validation after epoch ``e`` is ``scores[e]``.
         first_score: the score of ``val.first``.
         crash_at: ``("train", e)`` raises :class:`Crash` as epoch ``e`` starts training,
-            ``("val", e)`` as its validation starts.
+            ``("val", e)`` as its validation starts, ``("test", _)`` as the test pass starts.
         on_train_epoch: called as each epoch starts training (send a signal, inspect files).
         optimizer: the optimizer class to build (a finetune may change it).
-        extra_items: more stateful items to register for checkpointing.
+        param_groups: 1, or 2 (weights and biases apart).
+        extra_items: more stateful items, registered for checkpointing before the model.
     """
+
+    steps_on_last_batch = True
 
     def __init__(self, cfg: TrainConfig, *, scores: Sequence[float] = (),
                  first_score: float = math.nan, rank: int = 0, world_size: int = 1,
-                 crash_at: tuple[Literal["train", "val"], int] | None = None,
+                 crash_at: tuple[Literal["train", "val", "test"], int] | None = None,
                  on_train_epoch: Callable[[ScriptedTrainer], None] | None = None,
-                 optimizer: Literal["adamw", "sgd"] = "adamw",
+                 optimizer: Literal["adamw", "sgd"] = "adamw", param_groups: Literal[1, 2] = 1,
                  extra_items: Mapping[str, Stateful] | None = None) -> None:
         self.scores = list(scores)
         self.first_score = first_score
         self.crash_at = crash_at
         self.on_train_epoch = on_train_epoch
         self.optimizer_kind = optimizer
+        self.param_groups = param_groups
         self.extra_items = dict(extra_items or {})
         self.events: list[str] = []
         self.validations: list[Validation] = []
@@ -178,18 +208,24 @@ class ScriptedTrainer(BaseTrainer):
         if ckpt is not None:
             net.load_state_dict(ckpt["model_state_dict"])
         self.model = self.make_ddp(net)
+        params = list(self.model.named_parameters())
+        groups: list[dict[str, Any]] = [{"params": [p for _, p in params]}]
+        if self.param_groups == 2:
+            groups = [{"params": [p for n, p in params if n.endswith("weight")]},
+                      {"params": [p for n, p in params if n.endswith("bias")]}]
         self.optimizer: torch.optim.Optimizer
         if self.optimizer_kind == "adamw":
-            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.01,
+            self.optimizer = torch.optim.AdamW(groups, lr=0.01,
                                                weight_decay=self.cfg.weight_decay)
         else:
-            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+            self.optimizer = torch.optim.SGD(groups, lr=0.01, momentum=0.9)
         # sized from the loader's length, as a real trainer's schedule would be (DBG-5)
         total_steps = len(self.train_loader) * max(1, self.cfg.num_epochs)
         self.scheduler = torch.optim.lr_scheduler.LinearLR(
             self.optimizer, start_factor=1.0, end_factor=0.1, total_iters=total_steps)
+        self.add_checkpoint_items(**self.extra_items)
         self.add_checkpoint_items(model=self.model, optimizer=self.optimizer,
-                                  scheduler=self.scheduler, **self.extra_items)
+                                  scheduler=self.scheduler)
         self.initial_weights = snapshot(self.model)
 
     def train_epoch(self) -> None:
@@ -210,7 +246,8 @@ class ScriptedTrainer(BaseTrainer):
             noisy = features + 0.01 * torch.randn_like(features)
             loss = nn.functional.mse_loss(self.model(noisy), targets) * jitter
             (loss / accum).backward()
-            if (i + 1) % accum == 0 or i + 1 == num_batches:
+            is_last = self.steps_on_last_batch and i + 1 == num_batches
+            if (i + 1) % accum == 0 or is_last:
                 self.clip_and_log_grad_norm()
                 self.optimizer.step()
                 self.scheduler.step()
@@ -233,6 +270,8 @@ class ScriptedTrainer(BaseTrainer):
         return stop
 
     def test(self) -> None:
+        if self.crash_at is not None and self.crash_at[0] == "test":
+            raise Crash("crash as the test pass starts")
         self.events.append("test")
         if self.best_model is not None:
             self.model.load_state_dict(self.best_model)

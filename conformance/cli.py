@@ -1,0 +1,311 @@
+"""The command line (a contract, design.md): ``trainspec check | list | explain | matrix``.
+
+Exit status: 0 conformant, 1 not conformant, 2 usage or configuration error, 3 internal error,
+130 interrupted. ``list`` reads only the clause registry; the commands that run checks import
+torch when they start, not before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import textwrap
+import threading
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+from trainspec.conformance import clauses as registry
+from trainspec.errors import AdapterError, ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from trainspec.conformance.model import CheckResult, Report
+
+__all__ = ["main"]
+
+_TARGETS = "reference (default), lightning, hf, ignite, keras, or MODULE:OBJECT naming an adapter"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's error prefix; exits 2 on a usage error, as argparse does."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"trainspec: error: {message}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (the console script exits with it)."""
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, or a usage error argparse has already printed
+        return e.code if isinstance(e.code, int) else 2
+    command: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        print("trainspec: interrupted; worker processes were stopped", file=sys.stderr)
+        return 130
+    except (UsageError, ConfigError, AdapterError) as e:
+        print(f"trainspec: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `trainspec list | head`: the reader left, nothing to report
+        _silence_stdout()
+        return 0
+    except Exception:
+        traceback.print_exc()
+        print("trainspec: internal error: the suite itself broke (traceback above). This is a "
+              "bug in trainspec or in the adapter; please report it with the traceback and "
+              "the command line.", file=sys.stderr)
+        return 3
+
+
+# ----------------------------------------------------------------------------------- parser
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog="trainspec", description="Check a PyTorch trainer against the "
+                     "trainspec clauses. Exit status: 0 conformant, 1 not conformant, 2 usage "
+                     "or configuration error, 3 internal error.")
+    from trainspec import __version__
+
+    parser.add_argument("--version", action="version", version=f"trainspec {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = sub.add_parser("check", help="run the checks on a trainer and report each clause",
+                           description="Run the checks of the selected clauses on a trainer; "
+                           "print one line per clause and write the requested reports.")
+    check.add_argument("target", nargs="?", default=None, metavar="TARGET",
+                       help=f"the trainer to check: {_TARGETS}")
+    _add_run_options(check)
+    check.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                       help="collective backend of the multi-rank runs (default: gloo on CPU, "
+                       "nccl when CUDA has enough devices)")
+    check.add_argument("--deviations", type=Path, metavar="FILE.toml",
+                       help='declared deviations: a [deviations] table of "ID" = "reason"')
+    check.add_argument("--report", type=Path, metavar="FILE.json", help="write the JSON report")
+    check.add_argument("--junit", type=Path, metavar="FILE.xml", help="write JUnit XML")
+    check.add_argument("--markdown", type=Path, metavar="FILE.md", help="write a Markdown report")
+    check.add_argument("-n", "--workers", type=_positive_int, default=None, metavar="WORKERS",
+                       help="run checks in this many parallel workers (reserved: accepted, and "
+                       "used once the runner supports it)")
+    check.set_defaults(func=_cmd_check)
+
+    listing = sub.add_parser("list", help="every clause: ID, level, title",
+                             description="List every clause of the spec: ID, level, title.")
+    listing.set_defaults(func=_cmd_list)
+
+    explain = sub.add_parser("explain", help="a clause's text, rationale and checks",
+                             description="Show a clause's normative text, rationale, what the "
+                             "suite observes, and the checks that verify it.")
+    explain.add_argument("clause_id", metavar="ID", help="a clause ID such as RES-3")
+    explain.set_defaults(func=_cmd_explain)
+
+    matrix = sub.add_parser("matrix", help="check every installed built-in target side by side",
+                            description="Run `check` on every built-in target whose adapter "
+                            "and framework are installed; write matrix.json and matrix.md. "
+                            "Exit status 0 once written, whatever the verdicts.")
+    matrix.add_argument("--out", type=Path, default=Path("trainspec-matrix"), metavar="DIR",
+                        help="output folder (default: trainspec-matrix)")
+    _add_run_options(matrix, base_trainer=False)
+    matrix.set_defaults(func=_cmd_matrix)
+    return parser
+
+
+def _add_run_options(parser: argparse.ArgumentParser, *, base_trainer: bool = True) -> None:
+    if base_trainer:
+        parser.add_argument("--base-trainer", metavar="MODULE:CLASS",
+                            help="check a base class in the seed's shape instead of a TARGET")
+    parser.add_argument("--clauses", metavar="IDS_OR_FAMILIES",
+                        help="comma-separated clause IDs or families, e.g. RES,PAT-5 "
+                        "(default: all)")
+    parser.add_argument("--world-size", type=_positive_int, default=2, metavar="N",
+                        help="ranks of the multi-rank runs (default: 2; 1 skips them)")
+    parser.add_argument("--timeout", type=_positive_float, default=60.0, metavar="SECONDS",
+                        help="bound on every single run, in seconds (default: 60)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {text}")
+    return value
+
+
+# ---------------------------------------------------------------------------------- check
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from trainspec.conformance import api, report
+    from trainspec.conformance.deviations import load_deviations
+
+    deviations = load_deviations(args.deviations) if args.deviations is not None else None
+    if args.backend is not None:
+        os.environ["TRAINSPEC_BACKEND"] = args.backend  # read by the harness's multi-rank runs
+    registry.select(args.clauses)  # a bad --clauses fails before any worker starts
+    extra: dict[str, Any] = {}
+    if args.workers is not None and "workers" in inspect.signature(api.check).parameters:
+        extra["workers"] = args.workers
+    progress = _Progress(_planned_checks(args.clauses, args.world_size), sys.stderr)
+    result = api.check(args.target, base_trainer=args.base_trainer, clauses=args.clauses,
+                       world_size=args.world_size, timeout_s=args.timeout,
+                       deviations=deviations, on_result=progress, **extra)
+    print(report.format_table(result, color=_use_color(sys.stdout)))
+    _write_reports(result, args)
+    return 0 if result.conformant else 1
+
+
+def _write_reports(result: Report, args: argparse.Namespace) -> None:
+    from trainspec.conformance import report
+
+    if args.report is not None:
+        report.write_json(result, args.report)
+    if args.junit is not None:
+        report.write_junit(result, args.junit)
+    if args.markdown is not None:
+        report.write_markdown(result, args.markdown)
+    report.append_step_summary(result)
+
+
+def _planned_checks(clauses: str | None, world_size: int) -> int:
+    """How many checks the run will report (the runner's selection rule)."""
+    from trainspec.conformance.checks import CHECKS
+
+    chosen = set(registry.select(clauses))
+    return sum(1 for spec in CHECKS.values()
+               if chosen.intersection(spec.clauses) and (world_size > 1 or not spec.multi_rank))
+
+
+class _Progress:
+    """One short line per completed check: ``[ 3/15] passed  check_... 0.12s``."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream = total, stream
+        self.done = 0
+        self._lock = threading.Lock()  # results may arrive from parallel workers
+
+    def __call__(self, result: CheckResult) -> None:
+        with self._lock:
+            self.done += 1
+            width = len(str(max(self.total, self.done)))
+            print(f"[{self.done:>{width}}/{self.total}] {result.outcome:<7} {result.name} "
+                  f"{result.duration_s:.2f}s", file=self.stream, flush=True)
+
+
+def _use_color(stream: TextIO) -> bool:
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+# ---------------------------------------------------------------------------- list, explain
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    width = max(len(c.id) for c in registry.CLAUSES)
+    for clause in registry.CLAUSES:
+        print(f"{clause.id:<{width}}  {clause.level:<6}  {clause.title}")
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    clause = registry.get(args.clause_id)
+    from trainspec.conformance.checks import CHECKS
+
+    def para(label: str, text: str) -> str:
+        return textwrap.fill(text, width=88, initial_indent=f"{label:<12}",
+                             subsequent_indent=" " * 12)
+
+    lines = [f"{clause.id} ({clause.level}): {clause.title}",
+             f"family: {clause.family}, {registry.FAMILY_TITLES[clause.family]}", "",
+             para("Text:", clause.text), para("Rationale:", clause.rationale),
+             para("Observable:", clause.observable), "", "Checks:"]
+    checks = [spec for spec in CHECKS.values() if clause.id in spec.clauses]
+    lines += [f"  {spec.name}: {spec.doc}" for spec in checks] or ["  no check yet"]
+    print("\n".join(lines))
+    return 0
+
+
+# ----------------------------------------------------------------------------------- matrix
+
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    from trainspec.conformance import api, report
+    from trainspec.conformance.runner import BUILTIN_TARGETS
+
+    registry.select(args.clauses)
+    reports: dict[str, Report] = {}
+    missing: dict[str, str] = {}
+    for name, spec in BUILTIN_TARGETS.items():
+        module = spec.factory.partition(":")[0]
+        if importlib.util.find_spec(module) is None:
+            missing[name] = f"adapter module {module} not found"
+        else:
+            print(f"trainspec matrix: checking {name}", file=sys.stderr, flush=True)
+            try:
+                reports[name] = api.check(name, clauses=args.clauses,
+                                          world_size=args.world_size, timeout_s=args.timeout)
+            except AdapterError as e:
+                missing[name] = str(e).splitlines()[0]
+        if name in missing:
+            print(f"trainspec matrix: {name}: not installed ({missing[name]}); skipped",
+                  file=sys.stderr)
+    if not reports:
+        raise UsageError("matrix: no built-in target could be checked (none installed: "
+                         f"{', '.join(missing)}). Install a framework, e.g. "
+                         "pip install 'trainspec[lightning]'.")
+    out: Path = args.out
+    data = {"trainspec": next(iter(reports.values())).trainspec,
+            "targets": {name: report.to_json(r) for name, r in reports.items()},
+            "not_installed": missing, "complete": True}
+    _write_text(out / "matrix.json", json.dumps(data, indent=2) + "\n")
+    _write_text(out / "matrix.md", _matrix_markdown(reports, missing))
+    for name, r in reports.items():
+        print(f"{name}: {report.format_summary(r)}")
+    print(f"wrote {out / 'matrix.json'} and {out / 'matrix.md'}")
+    return 0
+
+
+def _matrix_markdown(reports: dict[str, Report], missing: dict[str, str]) -> str:
+    names = list(reports)
+    lines = ["## trainspec conformance matrix", "",
+             "| Clause | Level | " + " | ".join(names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    for clause in registry.CLAUSES:
+        cells = [reports[n].clause(clause.id).verdict for n in names]
+        lines.append(f"| {clause.id} {clause.title} | {clause.level} | " + " | ".join(cells)
+                     + " |")
+    lines += ["", "| Target | Conformant |", "|---|---|"]
+    lines += [f"| {n} | {'yes' if r.conformant else 'no'} |" for n, r in reports.items()]
+    if missing:
+        lines += ["", "Not installed: " + ", ".join(f"{n} ({why})" for n, why in
+                                                     missing.items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--out {path.parent}: cannot write {path.name} ({e}). Give a "
+                         "writable folder.") from None
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; point it at /dev/null so that flush cannot fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -1,0 +1,175 @@
+"""Property checks: hypothesis-generated score sequences and configs against the oracle.
+
+A property runs inside one forked worker child, next to the trainer, so each example costs a
+trainer run (milliseconds) rather than a round trip to a new process; the whole property is
+still bounded and killable like any run. Examples are derandomized: the same trainer gets the
+same verdict every time. A failure comes back shrunk, with the falsifying scenario as JSON and a
+ready-to-run reproducer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainspec.conformance.checks.base import CheckFailed
+from trainspec.conformance.checks.common import match_decisions, same_weights
+from trainspec.conformance.oracle import Outcome
+from trainspec.conformance.scenario import Scenario, ScoreScript
+from trainspec.conformance.trace import Trace, parse_rank
+
+__all__ = ["PROPERTIES", "PropertySpec", "reproducer", "run_property"]
+
+NONFINITE = (math.nan, math.inf, -math.inf)
+
+
+class MemoryContext:
+    """A RunContext recording events in memory; no crash points (properties never crash)."""
+
+    def __init__(self, root: Path) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._root = root
+
+    @property
+    def rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def ckpt_root(self) -> Path:
+        return self._root
+
+    def emit(self, event: dict[str, Any]) -> None:
+        # the same JSON round trip as a real run, so NaN and tensors look alike to the checks
+        self.events.append(json.loads(json.dumps(event)))
+
+    def crash_point(self, where: Any, epoch: int) -> None:
+        return None
+
+
+def _score() -> st.SearchStrategy[float]:
+    # a small pool makes ties common; the rest covers signs and magnitudes
+    return st.one_of(st.sampled_from([0.1, 0.2, 0.3, 0.5]), st.sampled_from(NONFINITE),
+                     st.floats(-2.0, 2.0, allow_nan=False, allow_infinity=False, width=32))
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, *, nonfinite_first: bool = False) -> Scenario:
+    """Scores, patience, start_patience, direction, val.first, the validation interval."""
+    num_epochs = draw(st.integers(0, 6))
+    scores = draw(st.lists(_score(), min_size=num_epochs, max_size=num_epochs))
+    if nonfinite_first and scores:
+        lead = draw(st.integers(1, len(scores)))
+        scores[:lead] = draw(st.lists(st.sampled_from(NONFINITE), min_size=lead,
+                                      max_size=lead))
+    first = draw(st.one_of(st.none(), _score()))
+    scenario = Scenario(name="property", scores=ScoreScript.of(scores, first))
+    return scenario.with_config(**{
+        "num_epochs": num_epochs,
+        "val.first": first is not None,
+        "val.every_n_epochs": draw(st.integers(1, 3)),
+        "val.minimize": draw(st.booleans()),
+        "val.patience": draw(st.one_of(st.none(), st.integers(1, 4))),
+        "val.start_patience": draw(st.integers(0, 3)),
+        "ckpt.enable": draw(st.booleans()),
+        "test.enable": draw(st.booleans()),
+    })
+
+
+def _decisions(clause: str) -> Callable[[Scenario, Trace], None]:
+    def judge(scenario: Scenario, trace: Trace) -> None:
+        match_decisions(clause, scenario, trace)
+
+    return judge
+
+
+def _improvements(clause: str) -> Callable[[Scenario, Trace], None]:
+    def judge(scenario: Scenario, trace: Trace) -> None:
+        outcome: Outcome = match_decisions(clause, scenario, trace, what="improved")
+        r = trace.rank0
+        if outcome.best_index is None:
+            return
+        best = r.validations[outcome.best_index]
+        if not same_weights(best.weights, r.best_model):
+            raise CheckFailed(f"{clause}: best_model is not the weights of the best validation "
+                              f"(after epoch {best.epoch}, score {best.score})")
+
+    return judge
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PropertySpec:
+    clause: str
+    strategy: st.SearchStrategy[Scenario]
+    judge: Callable[[Scenario, Trace], None]
+
+
+PROPERTIES: dict[str, PropertySpec] = {
+    "decisions": PropertySpec(clause="PAT-5", strategy=scenarios(), judge=_decisions("PAT-5")),
+    "improvements": PropertySpec(clause="BEST-1", strategy=scenarios(),
+                                 judge=_improvements("BEST-1")),
+    "nonfinite": PropertySpec(clause="NAN-2", strategy=scenarios(nonfinite_first=True),
+                              judge=_improvements("NAN-2")),
+}
+
+
+def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -> dict[str, Any]:
+    """Run a property in this process; the result is JSON-able."""
+    spec = PROPERTIES[name]
+    failure: dict[str, Any] = {}
+    count = 0
+
+    def run_once(scenario: Scenario) -> None:
+        nonlocal count
+        count += 1
+        root = Path(tempfile.mkdtemp(prefix="trainspec-prop-"))
+        try:
+            ctx = MemoryContext(root)
+            try:
+                adapter.run(scenario, ctx)
+            except Exception as e:
+                raise CheckFailed(f"{spec.clause}: the run raised {type(e).__name__}: {e}") \
+                    from e
+            rank = parse_rank(0, ctx.events, "completed", "", "")
+            spec.judge(scenario, Trace(scenario_name=scenario.name, ranks=(rank,)))
+        except CheckFailed as e:
+            # hypothesis shrinks: the last failure recorded is the minimal example
+            failure.update(evidence=e.evidence, scenario=scenario.to_json())
+            raise
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    test = settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+                    suppress_health_check=list(HealthCheck), print_blob=False)(
+        given(spec.strategy)(run_once))
+    try:
+        test()
+    except Exception as e:  # CheckFailed, or a group of distinct failures hypothesis found
+        if not failure:
+            raise
+        if isinstance(e, BaseExceptionGroup):
+            failure["evidence"] += f" (and {len(e.exceptions) - 1} other distinct failure(s))"
+        return {"passed": False, "examples": count, **failure}
+    return {"passed": True, "examples": count}
+
+
+def reproducer(target_args: str, clause: str, scenario: dict[str, Any]) -> str:
+    """A script that replays one falsifying example and raises on the same slip."""
+    return (
+        "# replay a trainspec property failure\n"
+        "from trainspec.conformance.api import replay\n\n"
+        f"scenario = {json.dumps(scenario)!r}\n"
+        f"replay({target_args}, clause={clause!r}, scenario=scenario)\n"
+    )

@@ -1,0 +1,76 @@
+"""PAT mutants: slips in patience and early stopping."""
+
+from __future__ import annotations
+
+from trainspec.reference import BaseTrainer
+
+
+class StopsOneValidationLate(BaseTrainer):
+    """Stops when the counter goes below zero instead of reaching it."""
+
+    def step_patience(self, improved: bool) -> bool:
+        patience = self.cfg.val.patience
+        if self.patience_left is None or patience is None:
+            return False
+        if improved:
+            self.patience_left = patience
+        elif self.epoch >= self.cfg.val.start_patience:
+            self.patience_left -= 1
+        return self.patience_left < 0
+
+
+class NeverRefillsPatience(BaseTrainer):
+    """Counts non-improvements since the start, not since the last improvement."""
+
+    def step_patience(self, improved: bool) -> bool:
+        left = self.patience_left
+        stop = super().step_patience(improved)
+        if improved and left is not None:
+            self.patience_left = left
+        return stop
+
+
+class IgnoresStartPatience(BaseTrainer):
+    """Counts non-improvements from the first epoch, whatever val.start_patience says."""
+
+    def step_patience(self, improved: bool) -> bool:
+        patience = self.cfg.val.patience
+        if self.patience_left is None or patience is None:
+            return False
+        self.patience_left = patience if improved else self.patience_left - 1
+        return self.patience_left <= 0
+
+
+class UnsetPatienceIsNumEpochs(BaseTrainer):
+    """The seed's default: unset patience becomes num_epochs, which val.first can exhaust."""
+
+    def reset_best_tracking(self, minimize: bool | None = None) -> None:
+        super().reset_best_tracking(minimize)
+        if self.patience_left is None:
+            self.patience_left = self.cfg.num_epochs
+            self._unset_patience = self.cfg.num_epochs
+
+    def step_patience(self, improved: bool) -> bool:
+        budget = getattr(self, "_unset_patience", None)
+        if budget is None:
+            return super().step_patience(improved)
+        assert self.patience_left is not None
+        if improved:
+            self.patience_left = budget
+        elif self.epoch >= self.cfg.val.start_patience:
+            self.patience_left -= 1
+        return self.patience_left <= 0
+
+
+class StartPatienceOffByOne(BaseTrainer):
+    """Counts from the epoch after val.start_patience (> instead of >=)."""
+
+    def step_patience(self, improved: bool) -> bool:
+        patience = self.cfg.val.patience
+        if self.patience_left is None or patience is None:
+            return False
+        if improved:
+            self.patience_left = patience
+        elif self.epoch > self.cfg.val.start_patience:
+            self.patience_left -= 1
+        return self.patience_left <= 0

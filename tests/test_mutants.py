@@ -1,0 +1,89 @@
+"""Meta-tests: every check fails its mutant, and the reference passes every clause checked.
+
+A check that cannot fail is a defect. Each check below is paired with a deliberately broken
+trainer (tests/mutants/) and shown to come out ``failed``, which makes its clause ``fail``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainspec.conformance.checks import CHECKS
+from trainspec.conformance.harness import Harness
+from trainspec.conformance.model import Report
+from trainspec.conformance.runner import resolve_target, run_checks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# check name -> the mutants (tests.mutants.<module>:<class>) it must fail
+MUTANTS: dict[str, list[str]] = {
+    "check_loop_trains_each_epoch_once_in_order": ["loop:SkipsTheLastEpoch"],
+    "check_loop_validates_on_schedule": ["loop:SkipsTheFinalValidation"],
+    "check_loop_zero_epochs_is_eval_only": ["loop:TrainsOnceWhenZeroEpochs"],
+    "check_loop_tests_once_after_the_loop": ["loop:SkipsTestAfterEarlyStop"],
+    "check_best_needs_a_strictly_better_score": ["best:TieCountsAsImprovement"],
+    "check_best_selection_matches_the_oracle": ["best:TieCountsAsImprovement"],
+    "check_best_weights_are_a_copy": ["best:BestModelAliasesWeights"],
+    "check_best_file_follows_improvements": ["best:WritesBestEveryValidation"],
+    "check_test_sees_best_weights": ["best:KeepsLastAsBest"],
+    "check_nonfinite_scores_never_improve": ["nan:NanWinsBest"],
+    "check_leading_nonfinite_scores_leave_best_clean": ["nan:NanPoisonsIncumbent"],
+    "check_nonfinite_runs_match_the_oracle": ["nan:NanPoisonsIncumbent", "nan:NanWinsBest"],
+    "check_nonfinite_score_counts_once_for_patience": ["nan:NanStopsAtOnce"],
+    "check_patience_stops_exactly_on_time": ["pat:StopsOneValidationLate"],
+    "check_improvement_refills_patience": ["pat:NeverRefillsPatience"],
+    "check_start_patience_delays_counting": ["pat:IgnoresStartPatience"],
+    "check_unset_patience_never_stops": ["pat:UnsetPatienceIsNumEpochs"],
+    "check_decisions_match_the_oracle": ["pat:StartPatienceOffByOne"],
+}
+
+PAIRS = [(check, mutant) for check, mutants in MUTANTS.items() for mutant in mutants]
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[Harness]:
+    # workers import the mutants as tests.mutants.*, from the repository root
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), previous) if p)
+    try:
+        with Harness(resolve_target("reference").adapter, timeout_s=60) as h:
+            yield h
+    finally:
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
+
+
+def judge(harness: Harness, base_trainer: str, clauses: str) -> Report:
+    target = resolve_target(base_trainer=base_trainer)
+    return run_checks(target, clauses=clauses, world_size=1, harness=harness, max_examples=40)
+
+
+def test_every_check_has_a_mutant() -> None:
+    assert set(MUTANTS) == {name for name, spec in CHECKS.items() if not spec.multi_rank}
+
+
+@pytest.mark.parametrize(("check_name", "mutant"), PAIRS, ids=[f"{c}-{m}" for c, m in PAIRS])
+def test_the_check_fails_its_mutant(harness: Harness, check_name: str, mutant: str) -> None:
+    spec = CHECKS[check_name]
+    report = judge(harness, f"tests.mutants.{mutant}", ",".join(spec.clauses))
+    results = {c.name: c for clause in report.clauses for c in clause.checks}
+    result = results[check_name]
+    assert result.outcome == "failed", f"{check_name} on {mutant}: {result.outcome}: " \
+        f"{result.evidence}\n{result.detail}"
+    assert result.evidence.startswith(spec.clauses[0].split("-")[0]) or ":" in result.evidence
+    for clause in spec.clauses:
+        assert report.clause(clause).verdict == "fail"
+
+
+def test_the_reference_passes_every_checked_clause(harness: Harness) -> None:
+    checked = sorted({c for spec in CHECKS.values() if not spec.multi_rank for c in spec.clauses})
+    report = judge(harness, "trainspec.reference:BaseTrainer", ",".join(checked))
+    bad = [(c.id, c.verdict, c.evidence) for c in report.clauses
+           if c.id in checked and c.verdict != "pass"]
+    assert not bad
