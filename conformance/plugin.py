@@ -1,14 +1,248 @@
-"""The pytest plugin (entry point ``trainspec``): costs nothing until its options are used."""
+"""The pytest plugin (entry point ``trainspec``): costs nothing until its options are used.
+
+``pytest --trainspec-target=reference`` (or ``--trainspec-base-trainer=MODULE:CLASS``) adds one
+item per selected check, with a node ID that names the check and its clauses,
+``trainspec::check_loop_trains_each_epoch_once_in_order[LOOP-1]``, so ``-k``, ``-x``, ``--lf``
+and pytest-xdist's ``-n`` work as on any test. Outcomes map as in the report: a violated clause
+fails with the evidence line; ``n/a`` skips with the reason; a harness error or a timeout is an
+ERROR (the check could not judge); a declared deviation is a strict xfail, so a deviation that
+no longer fails shows as XPASS(strict) and can be removed.
+
+Nothing heavy is imported at module level: torch, the checks and the harness load when the
+options are given. Each pytest process (each xdist worker) starts its own harness on its first
+item and closes it when pytest unconfigures.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 
-__all__ = ["pytest_addoption"]
+if TYPE_CHECKING:
+    from trainspec.conformance.checks import CheckContext
+    from trainspec.conformance.harness import Harness
+    from trainspec.conformance.model import CheckResult
+    from trainspec.conformance.runner import Target
+
+__all__ = [
+    "ClauseViolated",
+    "TrainspecCollector",
+    "TrainspecItem",
+    "pytest_addoption",
+    "pytest_collection_modifyitems",
+    "pytest_configure",
+]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("trainspec", "trainspec conformance checks")
-    group.addoption("--trainspec-target", default=None,
+    group.addoption("--trainspec-target", default=None, metavar="TARGET",
                     help="check this target: reference, lightning, hf, ignite, keras, or "
                     "MODULE:OBJECT naming an adapter")
+    group.addoption("--trainspec-base-trainer", default=None, metavar="MODULE:CLASS",
+                    help="check a base class in the seed's shape")
+    group.addoption("--trainspec-clauses", default=None, metavar="IDS_OR_FAMILIES",
+                    help="comma-separated clause IDs or families (default: all)")
+    group.addoption("--trainspec-deviations", default=None, metavar="FILE.toml",
+                    help='declared deviations: a [deviations] table of "ID" = "reason"; '
+                    "their checks become strict xfails")
+    group.addoption("--trainspec-world-size", type=int, default=2, metavar="N",
+                    help="ranks of the multi-rank checks (default: 2)")
+    group.addoption("--trainspec-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="bound on every single run (default: 60)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Settings:
+    target: Target
+    selected: tuple[str, ...]
+    deviations: dict[str, str]
+    world_size: int
+    timeout_s: float
+
+
+@dataclass(slots=True)
+class _Session:
+    """The harness of this pytest process, started on the first item that needs it."""
+
+    settings: _Settings
+    harness: Harness | None = None
+    context: CheckContext | None = None
+    broken: str | None = None  # why the harness could not start: every item errors with it
+    results: dict[str, CheckResult] = field(default_factory=dict)
+
+    def context_or_fail(self) -> CheckContext:
+        if self.context is None and self.broken is None:
+            try:
+                self.context = self._open()
+            except Exception as e:
+                self.broken = f"{type(e).__name__}: {e}"
+        if self.context is None:
+            pytest.fail(f"trainspec: the harness for {self.settings.target.label} could not "
+                        f"start: {self.broken}", pytrace=False)
+        return self.context
+
+    def _open(self) -> CheckContext:
+        from trainspec.conformance.adapter import CAPABILITIES
+        from trainspec.conformance.checks import CheckContext
+        from trainspec.conformance.harness import Harness
+        from trainspec.errors import AdapterError
+
+        target = self.settings.target
+        self.harness = Harness(target.adapter, timeout_s=self.settings.timeout_s)
+        declared = self.harness.describe(target.adapter).get("capabilities", [])
+        unknown = sorted(set(declared) - CAPABILITIES)
+        if unknown:
+            raise AdapterError(f"{target.label}: capabilities() declared unknown names "
+                               f"{unknown}; known: {sorted(CAPABILITIES)}")
+        return CheckContext(harness=self.harness, adapter=target.adapter,
+                            capabilities=frozenset(c for c in CAPABILITIES if c in declared),
+                            world_size=self.settings.world_size,
+                            target_args=target.reproducer_args)
+
+    def close(self) -> None:
+        if self.harness is not None:
+            self.harness.close()
+            self.harness = None
+
+
+_SETTINGS = pytest.StashKey[_Settings]()
+_SESSION = pytest.StashKey[_Session]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "trainspec_clause(*ids): the spec clauses a trainspec "
+                            "check verifies")
+    target = config.getoption("trainspec_target")
+    base_trainer = config.getoption("trainspec_base_trainer")
+    if target is None and base_trainer is None:
+        return
+    config.stash[_SETTINGS] = _settings(config, target, base_trainer)
+
+
+def _settings(config: pytest.Config, target: str | None, base_trainer: str | None) -> _Settings:
+    from trainspec.conformance import clauses as registry
+    from trainspec.conformance.deviations import load_deviations
+    from trainspec.conformance.runner import resolve_target
+    from trainspec.errors import UsageError
+
+    world_size: int = config.getoption("trainspec_world_size")
+    timeout_s: float = config.getoption("trainspec_timeout")
+    deviations_path: str | None = config.getoption("trainspec_deviations")
+    try:
+        if world_size < 1:
+            raise UsageError(f"--trainspec-world-size: expected 1 or more ranks, got "
+                             f"{world_size}")
+        if not timeout_s > 0:
+            raise UsageError(f"--trainspec-timeout: expected more than 0 seconds, got "
+                             f"{timeout_s}")
+        return _Settings(
+            target=resolve_target(target, base_trainer),
+            selected=registry.select(config.getoption("trainspec_clauses")),
+            deviations=(load_deviations(Path(deviations_path)) if deviations_path is not None
+                        else {}),
+            world_size=world_size, timeout_s=timeout_s)
+    except UsageError as e:
+        raise pytest.UsageError(f"trainspec: {e}") from None
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they see these items
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    if _SETTINGS not in config.stash:
+        return
+    # An explicit node ID: the items read ``trainspec::<check>[<clauses>]`` wherever pytest
+    # runs from, on every xdist worker alike.
+    collector = TrainspecCollector.from_parent(session, name="trainspec", nodeid="trainspec")
+    items.extend(session.genitems(collector))
+
+
+class TrainspecCollector(pytest.Collector):
+    """The checks of the selected clauses, in registry order."""
+
+    def collect(self) -> Iterable[pytest.Item]:
+        from trainspec.conformance.checks import CHECKS
+
+        settings = self.config.stash[_SETTINGS]
+        chosen = set(settings.selected)
+        for spec in CHECKS.values():
+            if chosen.intersection(spec.clauses):
+                yield TrainspecItem.from_parent(self, name=f"{spec.name}[{','.join(spec.clauses)}]",
+                                                check_name=spec.name, clause_ids=spec.clauses,
+                                                multi_rank=spec.multi_rank)
+
+
+class ClauseViolated(Exception):
+    """The target violated a clause (or timed out where a deviation is declared)."""
+
+    def __init__(self, result: CheckResult) -> None:
+        super().__init__(result.evidence)
+        self.result = result
+
+
+class TrainspecItem(pytest.Item):
+    """One check on the target under test."""
+
+    def __init__(self, *, check_name: str, clause_ids: tuple[str, ...], multi_rank: bool,
+                 **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.check_name, self.clause_ids, self.multi_rank = check_name, clause_ids, multi_rank
+        self.result: CheckResult | None = None
+        self.add_marker(pytest.mark.trainspec_clause(*clause_ids))
+        self.extra_keyword_matches.update(clause_ids)
+        self.user_properties.extend(("clause", c) for c in clause_ids)
+        deviations = self.config.stash[_SETTINGS].deviations
+        # Strict xfail only when every clause of the check is declared: a failure of an
+        # undeclared clause is a failure, as in the report.
+        if all(c in deviations for c in clause_ids):
+            reasons = "; ".join(f"{c}: {deviations[c]}" for c in clause_ids)
+            self.add_marker(pytest.mark.xfail(reason=f"declared deviation ({reasons})",
+                                              strict=True, raises=ClauseViolated))
+
+    def setup(self) -> None:
+        from trainspec.conformance.checks import CHECKS, run_check
+
+        settings = self.config.stash[_SETTINGS]
+        if self.multi_rank and settings.world_size < 2:
+            pytest.skip(f"n/a: {self.check_name} needs several ranks; "
+                        f"--trainspec-world-size={settings.world_size}")
+        session = self.config.stash.get(_SESSION, None)
+        if session is None:
+            session = self.config.stash[_SESSION] = _Session(settings)
+            self.config.add_cleanup(session.close)
+        ctx = session.context_or_fail()
+        self.result = result = run_check(CHECKS[self.check_name], ctx)
+        self.user_properties.append(("outcome", result.outcome))
+        self.user_properties.append(("evidence", result.evidence))
+        if result.outcome == "n/a":
+            pytest.skip(f"n/a: {result.evidence}")
+        declared = all(c in settings.deviations for c in self.clause_ids)
+        if result.outcome == "error" or (result.outcome == "timeout" and not declared):
+            pytest.fail(_render(result), pytrace=False)
+
+    def runtest(self) -> None:
+        result = self.result
+        if result is not None and result.outcome in ("failed", "timeout"):
+            raise ClauseViolated(result)
+        if result is not None:
+            self.add_report_section("call", "evidence", result.evidence)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: object = None) -> str:
+        if isinstance(excinfo.value, ClauseViolated):
+            return _render(excinfo.value.result)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"trainspec {self.check_name} [{', '.join(self.clause_ids)}]"
+
+
+def _render(result: CheckResult) -> str:
+    """The evidence line (the node ID already names the check), then the detail."""
+    head = result.evidence if result.outcome == "failed" else \
+        f"{result.outcome}: {result.evidence}"
+    return f"{head}\n{result.detail}" if result.detail else head

@@ -92,8 +92,10 @@ class MLPTrainer(BaseTrainer):
 
     def _eval_loader(self, dataset: TensorDataset, batch_size: int) -> DataLoader[Any]:
         # every rank scores its own shard; the metric pools the counts across ranks
-        sampler = (DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
-                                      shuffle=False) if self.is_distributed else None)
+        sampler: DistributedSampler[Any] | None = None
+        if self.is_distributed:
+            sampler = DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
+                                         shuffle=False)
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
     def train_epoch(self) -> None:
@@ -110,7 +112,7 @@ class MLPTrainer(BaseTrainer):
             with self._no_sync(skip=not is_step):
                 logits = self.model(features.to(self.device))
                 loss = F.cross_entropy(logits, labels.to(self.device))
-                (loss / accum).backward()
+                (loss / accum).backward()  # type: ignore[no-untyped-call]
             total_loss += float(loss.detach()) * len(labels)
             seen += len(labels)
             if is_step:

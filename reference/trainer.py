@@ -104,8 +104,8 @@ class BaseTrainer(ABC):
             f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
         ckpt = self._load_checkpoint()
         self.setup(ckpt)
-        if ckpt is not None and self.is_resumed:
-            self._restore(ckpt)
+        if ckpt is not None:
+            self._apply_checkpoint(ckpt)
         if self.cfg.debug:
             self._truncate_loaders()
         self._make_run_dir()
@@ -397,7 +397,7 @@ class BaseTrainer(ABC):
         path = find_checkpoint(ckpt_cfg.load_from, ckpt_cfg.dir)
         ckpt = load_checkpoint(path)
         self.ckpt_path = path
-        self.is_resumed = ckpt_cfg.resume and not ckpt_cfg.model_only
+        self.is_resumed = self._is_resume()
         if self.is_resumed:
             missing = [k for k in ("epoch", "train_step") if k not in ckpt]
             if missing:
@@ -412,29 +412,44 @@ class BaseTrainer(ABC):
             self.logger.info(f"finetuning from {path}: weights only, a fresh run")
         return ckpt
 
-    def _restore(self, ckpt: dict[str, Any]) -> None:
-        """Restore every registered item but the model, best tracking, patience and RNG.
+    def _is_resume(self) -> bool:
+        """Resume continues a run; anything else loading a checkpoint is a finetune (FT-2)."""
+        return self.cfg.ckpt.resume and not self.cfg.ckpt.model_only
 
-        All or nothing: every item is checked before any is loaded, and a load that fails
-        puts back what was already loaded (RES-5).
+    def _apply_checkpoint(self, ckpt: dict[str, Any]) -> None:
+        """After setup: a resume restores everything but the model; a finetune nothing (FT-1)."""
+        if not self.is_resumed:
+            return
+        loaded = self._restore_items(ckpt)
+        self._restore_tracking(ckpt)
+        self._restore_rng(ckpt)
+        self.logger.info(f"resumed {', '.join(loaded) or 'no items'}, best tracking, RNG")
+
+    def _resume_error(self, message: str) -> ResumeMismatchError:
+        return ResumeMismatchError(
+            f"resuming {self.ckpt_path}: {message}. State that no longer fits the run makes "
+            "this a finetune, not a resume: pass ckpt.model_only=true or ckpt.resume=false.")
+
+    def _restore_items(self, ckpt: dict[str, Any]) -> list[str]:
+        """Every registered item but the model, all or nothing (RES-2, RES-5).
+
+        Every item is checked before any is loaded, and a load that fails puts back what was
+        already loaded: a run never goes on half-restored.
         """
-        where = f"resuming {self.ckpt_path}"
-        way_out = ("State that no longer fits the run makes this a finetune, not a resume: "
-                   "pass ckpt.model_only=true or ckpt.resume=false.")
         items = {n: _unwrap(i) for n, i in self.ckpt_items.items() if n != "model"}
         for name, item in items.items():
             if f"{name}_state_dict" not in ckpt:
-                raise ResumeMismatchError(f"{where}: '{name}' is registered but the checkpoint "
-                                          f"carries no {name}_state_dict. {way_out}")
+                raise self._resume_error(f"'{name}' is registered but the checkpoint carries "
+                                         f"no {name}_state_dict")
             saved_class = ckpt.get(f"{name}_class")
             if saved_class is not None and saved_class != _class_name(item):
-                raise ResumeMismatchError(f"{where}: '{name}' is a {_class_name(item)} but the "
-                                          f"checkpoint holds a {saved_class}. {way_out}")
+                raise self._resume_error(f"'{name}' is a {_class_name(item)} but the "
+                                         f"checkpoint holds a {saved_class}")
         saved = ckpt.get("trainer_state", {})
         if saved and bool(saved.get("minimize")) != self.val_minimize:
-            raise ResumeMismatchError(
-                f"{where}: val.minimize is {self.val_minimize} but the checkpoint's best score "
-                f"was tracked with minimize={saved.get('minimize')}. {way_out}")
+            raise self._resume_error(f"val.minimize is {self.val_minimize} but the checkpoint's "
+                                     f"best score was tracked with minimize="
+                                     f"{saved.get('minimize')}")
         before = {name: dict(deepcopy(item.state_dict())) for name, item in items.items()}
         loaded: list[str] = []
         for name, item in items.items():
@@ -443,9 +458,13 @@ class BaseTrainer(ABC):
             except (ValueError, RuntimeError, KeyError, TypeError) as e:
                 for done in loaded:
                     items[done].load_state_dict(before[done])
-                raise ResumeMismatchError(f"{where}: cannot restore '{name}': {e}. "
-                                          f"{way_out}") from None
+                raise self._resume_error(f"cannot restore '{name}': {e}") from None
             loaded.append(name)
+        return loaded
+
+    def _restore_tracking(self, ckpt: dict[str, Any]) -> None:
+        """The incumbent best (score, epoch, weights) and the patience counter (RES-3)."""
+        saved = ckpt.get("trainer_state", {})
         if saved:
             self.best_score = float(saved["best_score"])
             self.best_epoch = saved["best_epoch"]
@@ -454,10 +473,12 @@ class BaseTrainer(ABC):
             self._stopped = bool(saved.get("stopped", False))
         if "best_model_state_dict" in ckpt:
             self.best_model = dict(ckpt["best_model_state_dict"])
+
+    def _restore_rng(self, ckpt: dict[str, Any]) -> None:
+        """This rank's generators, as they were when the checkpoint was written (RES-4)."""
         rng = ckpt.get("rng")
         if isinstance(rng, list) and self.rank < len(rng):
             restore_rng(rng[self.rank], self.device)
-        self.logger.info(f"resumed {', '.join(loaded) or 'no items'}, best tracking, RNG")
 
     def _truncate_loaders(self) -> None:
         # after setup: whatever setup sized from len(train_loader) saw the full length (DBG-5)

@@ -1,6 +1,6 @@
 """The conformance checks, one module per clause family; importing this registers them all."""
 
-from trainspec.conformance.checks import best, loop, nan, pat
+from trainspec.conformance.checks import best, ckpt, dbg, ft, loop, nan, pat, res
 from trainspec.conformance.checks.base import (
     CHECKS,
     CheckContext,
@@ -18,11 +18,15 @@ __all__ = [
     "CheckSpec",
     "NotApplicable",
     "best",
+    "ckpt",
+    "dbg",
+    "ft",
     "check",
     "checks_by_clause",
     "loop",
     "nan",
     "pat",
+    "res",
     "run_check",
 ]
 

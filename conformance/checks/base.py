@@ -111,6 +111,7 @@ class CheckContext:
     world_size: int = 2
     target_args: str = "target='reference'"  # how a reproducer names the target
     max_examples: int = 60
+    memo: dict[str, object] = field(default_factory=dict)  # chained runs shared by checks
     _cache: dict[str, Trace] = field(default_factory=dict)
 
     def run(self, scenario: Scenario) -> Trace:

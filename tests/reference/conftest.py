@@ -1,9 +1,9 @@
 """Shared setup of the reference trainer's tests.
 
 The scripted trainer and its tools live in ``reference_helpers.py`` next to this file; test
-modules import it by name. pytest's default import mode puts this folder on ``sys.path``; the
-insert below makes the import work under ``--import-mode=importlib`` too, and in the children
-that the distributed tests spawn (they inherit the parent's ``sys.path``).
+modules import it as ``tests.reference.reference_helpers``, the name mypy knows it by. The
+repository root goes on ``sys.path`` for that, whatever the import mode; the children that the
+distributed tests spawn inherit it.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # last: nothing installed is shadowed
 
 
 def pytest_configure(config: pytest.Config) -> None:

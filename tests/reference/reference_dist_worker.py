@@ -17,7 +17,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from reference_helpers import PooledTrainer, ScriptedTrainer, files_under, make_config
+
+from tests.reference.reference_helpers import (
+    PooledTrainer,
+    ScriptedTrainer,
+    files_under,
+    make_config,
+)
 
 __all__ = [
     "POOLED_SCORES",
@@ -135,9 +141,13 @@ class StallingTrainer(ScriptedTrainer):
         return super().val_epoch()
 
 
-def stall_worker(rank: int, world_size: int, out_dir: str, port: int, timeout_s: float,
-                 stall_s: float) -> None:
-    """DIST-5: the trainer's own group, bounded by ``ddp.timeout_s``; rank 1 stalls."""
+def stall_worker(rank: int, world_size: int, out_dir: str, port: int,
+                 timings_s: tuple[float, float]) -> None:
+    """DIST-5: the trainer's own group, bounded by ``ddp.timeout_s``; rank 1 stalls.
+
+    ``timings_s`` is ``(ddp.timeout_s, how long rank 1 stalls)``.
+    """
+    timeout_s, stall_s = timings_s
     out = Path(out_dir)
     record: dict[str, Any] = {"rank": rank}
     trainer: StallingTrainer | None = None
@@ -155,6 +165,10 @@ def stall_worker(rank: int, world_size: int, out_dir: str, port: int, timeout_s:
         entered = getattr(trainer, "entered_val_at", None)
         record["waited_s"] = None if entered is None else time.monotonic() - entered
     _write(out / f"rank{rank}.json", record)
+    # After a timed-out collective, gloo's transport threads abort the interpreter's exit
+    # ("terminate called without an active exception"); the record is written, skip the
+    # C++ teardown. The error the test asserts on came earlier, as a Python exception.
+    os._exit(0)
 
 
 def _file_barrier(out: Path, rank: int, world_size: int, limit_s: float = 60.0) -> None:

@@ -134,7 +134,8 @@ def assert_same_state(actual: object, expected: object, where: str = "state") ->
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             assert_same_state(a, e, f"{where}[{i}]")
     elif isinstance(expected, float) and math.isnan(expected):
-        assert isinstance(actual, float) and math.isnan(actual), where
+        assert isinstance(actual, float), where
+        assert math.isnan(actual), where
     else:
         assert actual == expected, f"{where}: {actual!r} != {expected!r}"
 
@@ -167,7 +168,7 @@ class ScriptedTrainer(BaseTrainer):
 
     steps_on_last_batch = True
 
-    def __init__(self, cfg: TrainConfig, *, scores: Sequence[float] = (),
+    def __init__(self, cfg: TrainConfig | Mapping[str, Any], *, scores: Sequence[float] = (),
                  first_score: float = math.nan, rank: int = 0, world_size: int = 1,
                  crash_at: tuple[Literal["train", "val", "test"], int] | None = None,
                  on_train_epoch: Callable[[ScriptedTrainer], None] | None = None,
@@ -245,7 +246,7 @@ class ScriptedTrainer(BaseTrainer):
             jitter = 1.0 + 1e-3 * random.random() + 1e-3 * float(np.random.rand())
             noisy = features + 0.01 * torch.randn_like(features)
             loss = nn.functional.mse_loss(self.model(noisy), targets) * jitter
-            (loss / accum).backward()
+            (loss / accum).backward()  # type: ignore[no-untyped-call]
             is_last = self.steps_on_last_batch and i + 1 == num_batches
             if (i + 1) % accum == 0 or is_last:
                 self.clip_and_log_grad_norm()
@@ -322,7 +323,8 @@ class PooledTrainer(ScriptedTrainer):
     ``r`` of ``n`` holds the samples ``shards[n][r]`` (unequal shards: pooling matters).
     """
 
-    def __init__(self, cfg: TrainConfig, *, sample_values: Sequence[Sequence[float]],
+    def __init__(self, cfg: TrainConfig | Mapping[str, Any], *,
+                 sample_values: Sequence[Sequence[float]],
                  shards: Mapping[int, Sequence[Sequence[int]]], rank: int = 0,
                  world_size: int = 1, **kwargs: Any) -> None:
         self.sample_values = [list(v) for v in sample_values]

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from reference_helpers import ScriptedTrainer, assert_same_weights, make_config
 
+from tests.reference.reference_helpers import ScriptedTrainer, assert_same_weights, make_config
 from trainspec.reference.example import MLPTrainer, main
 
 NAN = float("nan")
@@ -71,7 +71,8 @@ def test_best_pt_is_written_on_every_improvement_and_only_then(tmp_path: Path) -
     assert [file.epoch for file in seen if file is not None] == [0, 0, 2, 2, 2, 5]
     for i in range(1, len(seen)):
         before, after = seen[i - 1], seen[i]
-        assert before is not None and after is not None
+        assert before is not None
+        assert after is not None
         # rewritten (a new inode and mtime) exactly when this validation improved
         assert (before.stamp != after.stamp) == trainer.validations[i].improved, i
 
@@ -115,12 +116,14 @@ def test_best_pt_of_val_first_has_epoch_minus_one_and_step_zero(tmp_path: Path) 
 def test_best_model_is_set_iff_a_validation_improved() -> None:
     improving = ScriptedTrainer(make_config(num_epochs=3), scores=[0.1, 0.9, 0.2])
     improving.train()
-    assert improving.test_weights is not None and improving.best_model is not None
+    assert improving.test_weights is not None
+    assert improving.best_model is not None
     assert_same_weights(improving.test_weights, improving.weights_after[1])
 
     never = ScriptedTrainer(make_config(num_epochs=3), scores=[NAN, NAN, NAN])
     never.train()
-    assert never.best_model is None and never.best_epoch is None
+    assert never.best_model is None
+    assert never.best_epoch is None
     assert never.test_weights is not None
     assert_same_weights(never.test_weights, never.weights_after[2])
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 from omegaconf import OmegaConf
-from reference_helpers import ScriptedTrainer
 
+from tests.reference.reference_helpers import ScriptedTrainer
 from trainspec.errors import ConfigError
 from trainspec.reference import TrainConfig
 
@@ -33,10 +33,11 @@ def seed_style_config(**top: Any) -> dict[str, Any]:
 def test_debug_derives_its_config_without_touching_a_dict_config() -> None:
     user = seed_style_config()
     before = copy.deepcopy(user)
-    trainer = ScriptedTrainer(user, scores=[0.1])  # type: ignore[arg-type]
+    trainer = ScriptedTrainer(user, scores=[0.1])
     effective = trainer.cfg
     assert (effective.num_epochs, effective.grad_accum_steps) == (1, 1)
-    assert not effective.ckpt.enable and not effective.save_preds.enable
+    assert not effective.ckpt.enable
+    assert not effective.save_preds.enable
     assert user == before
 
 
@@ -44,9 +45,11 @@ def test_debug_derives_its_config_without_touching_a_dict_config() -> None:
 def test_debug_derives_its_config_without_touching_an_omegaconf_config() -> None:
     user = OmegaConf.create(seed_style_config())
     before = OmegaConf.to_container(user)
-    trainer = ScriptedTrainer(user, scores=[0.1])  # type: ignore[arg-type]
-    assert trainer.cfg.num_epochs == 1 and not trainer.cfg.ckpt.enable
-    assert trainer.user_cfg.num_epochs == 5 and trainer.user_cfg.ckpt.enable
+    trainer = ScriptedTrainer(user, scores=[0.1])
+    assert trainer.cfg.num_epochs == 1
+    assert not trainer.cfg.ckpt.enable
+    assert trainer.user_cfg.num_epochs == 5
+    assert trainer.user_cfg.ckpt.enable
     assert OmegaConf.to_container(user) == before
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from reference_helpers import ScriptedTrainer, files_under, make_config
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.reference.reference_helpers import ScriptedTrainer, files_under, make_config
 from trainspec.reference import OneBatchLoader
 
 
@@ -101,7 +101,7 @@ def test_a_debug_epoch_still_takes_an_optimizer_step() -> None:
 def test_setup_sizes_the_schedule_from_the_full_loader_length() -> None:
     trainer = ScriptedTrainer(make_config(debug=True, num_epochs=4), scores=[0.1])
     assert trainer.len_train_loader_in_setup == 6
-    assert trainer.scheduler.total_iters == 6  # type: ignore[attr-defined]
+    assert trainer.scheduler.total_iters == 6
     assert len(trainer.train_loader) == 1
 
 

@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from reference_helpers import Counter, ScriptedTrainer, assert_same_weights, make_config
 
+from tests.reference.reference_helpers import (
+    Counter,
+    ScriptedTrainer,
+    assert_same_weights,
+    make_config,
+)
 from trainspec.reference import TrainConfig, load_checkpoint
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from reference_helpers import ScriptedTrainer, make_config
+
+from tests.reference.reference_helpers import ScriptedTrainer, make_config
 
 NAN = float("nan")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from reference_helpers import ScriptedTrainer, make_config
+
+from tests.reference.reference_helpers import ScriptedTrainer, make_config
 
 NAN, INF = math.nan, math.inf
 NON_FINITE = [NAN, INF, -INF]
@@ -29,7 +30,8 @@ def test_a_run_of_only_non_finite_scores_has_no_best(minimize: bool) -> None:
     trainer = ScriptedTrainer(cfg, scores=NON_FINITE, first_score=-INF if minimize else INF)
     trainer.train()
     assert not any(v.improved for v in trainer.validations)
-    assert trainer.best_epoch is None and trainer.best_model is None
+    assert trainer.best_epoch is None
+    assert trainer.best_model is None
 
 
 @pytest.mark.clause("NAN-2")

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference_helpers import ScriptedTrainer, make_config
+
+from tests.reference.reference_helpers import ScriptedTrainer, make_config
 
 NAN, INF = math.nan, math.inf
 

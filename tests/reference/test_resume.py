@@ -9,7 +9,8 @@ from typing import Literal
 
 import pytest
 import torch
-from reference_helpers import (
+
+from tests.reference.reference_helpers import (
     Counter,
     Crash,
     ScriptedTrainer,
@@ -17,7 +18,6 @@ from reference_helpers import (
     assert_same_weights,
     make_config,
 )
-
 from trainspec.errors import CheckpointCorruptError, ResumeMismatchError
 from trainspec.reference import TrainConfig, load_checkpoint
 
@@ -159,9 +159,11 @@ def test_an_interrupted_and_resumed_run_decides_like_the_uninterrupted_one(
     start = int(load_checkpoint(last_pt(crashed))["epoch"]) + 1
     assert resumed.trained_epochs == [e for e in uninterrupted.trained_epochs if e >= start]
     assert resumed.best_epoch == uninterrupted.best_epoch == 4
-    assert resumed.best_model is not None and uninterrupted.best_model is not None
+    assert resumed.best_model is not None
+    assert uninterrupted.best_model is not None
     assert_same_weights(resumed.best_model, uninterrupted.best_model)
-    assert resumed.test_weights is not None and uninterrupted.test_weights is not None
+    assert resumed.test_weights is not None
+    assert uninterrupted.test_weights is not None
     assert_same_weights(resumed.test_weights, uninterrupted.test_weights)
     best_pt = newest_best_pt(crashed, resumed)
     assert best_pt["epoch"] == 4

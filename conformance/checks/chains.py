@@ -1,0 +1,89 @@
+"""Runs that chain through a checkpoint: interrupt-then-resume, and train-then-finetune."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, RunBroke
+from trainspec.conformance.scenario import CrashPoint, Scenario
+from trainspec.conformance.trace import FileRecord, Trace
+
+__all__ = ["ResumePair", "interrupt_and_resume", "source_checkpoint", "with_load"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumePair:
+    """An interrupted run, the checkpoint it left, and the run resumed from it."""
+
+    interrupted: Trace
+    checkpoint: FileRecord
+    resumed: Trace
+    resumed_scenario: Scenario
+
+    @property
+    def ckpt_epoch(self) -> int:
+        epoch = self.checkpoint.epoch
+        return -1 if epoch is None else epoch
+
+
+def with_load(s: Scenario, path: str, *, resume: bool, model_only: bool = False,
+              name: str | None = None) -> Scenario:
+    """``s`` starting from the checkpoint at ``path``."""
+    out = s.with_config(**{"ckpt.load_from": path, "ckpt.resume": resume,
+                           "ckpt.model_only": model_only})
+    return out.replace(name=name or f"{s.name}-from-ckpt", crash=None)
+
+
+def interrupt_and_resume(ctx: CheckContext, clause: str, s: Scenario,
+                         crash: CrashPoint) -> ResumePair:
+    """Run ``s`` until ``crash`` really interrupts it, then resume from its newest last.pt."""
+    key = "resume:" + json.dumps([s.to_json(), str(crash)], sort_keys=True)
+    cached = ctx.memo.get(key)
+    if isinstance(cached, ResumePair):
+        return cached
+    root = ctx.harness.new_ckpt_root(f"{s.name}-{crash.where}-{crash.epoch}")
+    first = s.replace(name=f"{s.name}-crash-{crash.where}-{crash.epoch}", crash=crash)
+    interrupted = ctx.harness.run(first, adapter=ctx.adapter, ckpt_root=root)
+    hit = [r for r in interrupted.ranks if any(e.get("ev") == "crash" for e in r.events)]
+    if not hit:
+        if not interrupted.completed:
+            raise RunBroke(interrupted, first)
+        raise CheckFailed(f"{clause}: the run never reached the interruption point "
+                          f"({crash.where} of epoch {crash.epoch}); it trained "
+                          f"{interrupted.rank0.epochs_trained}")
+    last = interrupted.newest("last.pt")
+    if last is None:
+        raise CheckFailed(f"{clause}: interrupted at {crash.where} of epoch {crash.epoch}, the "
+                          "run left no last.pt to resume from (CKPT-1 asks for one every epoch)")
+    if last.error:
+        raise CheckFailed(f"{clause}: the last.pt left by the interrupted run does not load "
+                          f"with weights_only=True: {last.error}")
+    path = str(root / last.relpath)
+    second = with_load(s, path, resume=True,
+                       name=f"{s.name}-resumed-{crash.where}-{crash.epoch}")
+    resumed = ctx.harness.run(second, adapter=ctx.adapter, ckpt_root=root)
+    if not resumed.completed:
+        raise RunBroke(resumed, second)
+    pair = ResumePair(interrupted=interrupted, checkpoint=last, resumed=resumed,
+                      resumed_scenario=second)
+    ctx.memo[key] = pair
+    return pair
+
+
+def source_checkpoint(ctx: CheckContext, clause: str, s: Scenario) -> tuple[Trace, str]:
+    """A completed run of ``s`` and the path of the last.pt it left (for finetunes)."""
+    key = "source:" + json.dumps(s.to_json(), sort_keys=True)
+    cached = ctx.memo.get(key)
+    if isinstance(cached, tuple):
+        return cached  # type: ignore[return-value]
+    root = ctx.harness.new_ckpt_root(f"{s.name}-source")
+    trace = ctx.harness.run(s, adapter=ctx.adapter, ckpt_root=root)
+    if not trace.completed:
+        raise RunBroke(trace, s)
+    last = trace.newest("last.pt")
+    if last is None or last.error:
+        raise CheckFailed(f"{clause}: the source run left no loadable last.pt "
+                          f"({'missing' if last is None else last.error})")
+    ctx.memo[key] = (trace, str(root / last.relpath))
+    return trace, str(root / last.relpath)

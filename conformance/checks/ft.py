@@ -1,0 +1,92 @@
+"""FT: finetune (docs/spec/ft.md): a new run that starts from a checkpoint's weights."""
+
+from __future__ import annotations
+
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.chains import source_checkpoint, with_load
+from trainspec.conformance.checks.common import make_scenario, match_decisions, weights_diff
+from trainspec.conformance.scenario import Scenario, Task
+from trainspec.conformance.trace import RankTrace, Trace, first_difference
+
+__all__: list[str] = []
+
+NAN = float("nan")
+
+
+def _source(ctx: CheckContext, clause: str) -> tuple[Trace, str]:
+    # ends on two non-improvements: a finetune that keeps the counter has 1 validation left
+    return source_checkpoint(ctx, clause, make_scenario("ft-source", [0.9, 0.8, 0.85],
+                                                        cfg={"val.patience": 3}))
+
+
+def _target(task: Task | None = None) -> Scenario:
+    return make_scenario("ft", [NAN, 0.3, 0.2, 0.1, 0.05], cfg={"val.patience": 3},
+                         task=task)
+
+
+def _fresh_start(clause: str, ctx: CheckContext, how: str, s: Scenario, source: Trace,
+                 r: RankTrace) -> None:
+    """Epoch 0, step 0, the checkpoint's weights, and the optimizer of a run from scratch."""
+    if not r.train_epochs:
+        raise CheckFailed(f"{clause}: the {how} trained no epoch")
+    first = r.train_epochs[0]
+    if first.epoch != 0 or first.start_step != 0:
+        raise CheckFailed(f"{clause}: the {how} started at epoch {first.epoch}, train_step "
+                          f"{first.start_step}; expected epoch 0, step 0 (a new run)")
+    diff = weights_diff(source.rank0.final_weights, first.state.get("weights"))
+    if diff is not None:
+        raise CheckFailed(f"{clause}: the {how} did not start from the checkpoint's weights: "
+                          f"{diff}")
+    scratch = ctx.completed(s.replace(name="ft-scratch")).rank0.train_epochs[0]
+    for item in ("optimizer", "scheduler"):
+        if item not in scratch.state:
+            continue
+        diff = first_difference({item: scratch.state[item]}, {item: first.state.get(item, {})})
+        if diff is not None:
+            raise CheckFailed(f"{clause}: the {how} started with a restored {item} state, "
+                              f"not a fresh one ({diff}); a finetune restores weights only")
+
+
+@check("FT-1", requires={"finetune", "checkpoint"})
+def check_finetune_starts_a_new_run(ctx: CheckContext) -> str:
+    """ckpt.resume=false loads the weights and starts at epoch 0, step 0, fresh optimizer."""
+    source, path = _source(ctx, "FT-1")
+    s = _target()
+    r = ctx.completed(with_load(s, path, resume=False, name="ft-1")).rank0
+    _fresh_start("FT-1", ctx, "finetune (ckpt.resume=false)", s, source, r)
+    return "epoch 0, step 0, the checkpoint's weights, optimizer and scheduler as from scratch"
+
+
+@check("FT-2", requires={"finetune", "resume", "checkpoint"})
+def check_model_only_restores_weights_only(ctx: CheckContext) -> str:
+    """ckpt.model_only=true restores the weights and nothing else, even with ckpt.resume."""
+    source, path = _source(ctx, "FT-2")
+    s = _target()
+    r = ctx.completed(with_load(s, path, resume=True, model_only=True, name="ft-2")).rank0
+    _fresh_start("FT-2", ctx, "ckpt.model_only=true run (with ckpt.resume=true)", s, source, r)
+    return "with resume=true and model_only=true: epoch 0, step 0, fresh optimizer/scheduler"
+
+
+@check("FT-3", requires={"finetune", "checkpoint"})
+def check_finetune_accepts_a_new_optimizer(ctx: CheckContext) -> str:
+    """A finetune works when optimizer or scheduler no longer match the checkpoint's."""
+    _, path = _source(ctx, "FT-3")
+    changed = Task(optimizer="sgd", extra_param_group=True, extra_scheduler=True)
+    for resume, model_only in ((False, False), (True, True)):
+        s = with_load(_target(changed), path, resume=resume, model_only=model_only,
+                      name=f"ft-3-{resume}")
+        r = ctx.completed(s).rank0
+        if not r.train_epochs or r.train_epochs[0].epoch != 0:
+            raise CheckFailed(f"FT-3: a finetune with SGD, two param groups and an extra "
+                              f"scheduler trained {r.epochs_trained}, expected from epoch 0")
+    return "SGD with two param groups and an extra scheduler finetuned from an Adam checkpoint"
+
+
+@check("FT-4", requires={"finetune", "checkpoint", "early_stopping"})
+def check_finetune_tracks_best_afresh(ctx: CheckContext) -> str:
+    """A finetune's best tracking and patience start fresh, not from the checkpoint's."""
+    _, path = _source(ctx, "FT-4")
+    s = with_load(_target(), path, resume=False, name="ft-4")
+    outcome = match_decisions("FT-4", s, ctx.completed(s))
+    return f"fresh incumbent and counter: improved at epoch 1 (0.3 < source best 0.9), " \
+        f"stopped after epoch {outcome.stop_epoch}"

@@ -1,0 +1,204 @@
+"""RES: resume (docs/spec/res.md).
+
+Each check interrupts a run for real (the process that trains is killed with SIGKILL) at several
+points, resumes from the newest ``last.pt``, and compares with the same run left alone: first
+the exact state at the resume point (epoch, step, each registered item, RNG), then the decisions,
+the best weights and ``best.pt``, then the final weights.
+"""
+
+from __future__ import annotations
+
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.chains import ResumePair, interrupt_and_resume, with_load
+from trainspec.conformance.checks.common import make_scenario, weights_diff
+from trainspec.conformance.scenario import CrashPoint, Scenario, Task
+from trainspec.conformance.trace import RankTrace, TrainEpoch, first_difference
+
+__all__: list[str] = []
+
+# the best epoch (1) lies before every interruption and later scores are worse: a trainer that
+# forgets its incumbent takes a worse epoch as best after the resume; patience 3 stops after 4
+RES_SCORES = [0.3, 0.8, 0.5, 0.4, 0.35, 0.3]
+CRASHES = (
+    CrashPoint(where="val_start", epoch=2),  # between epoch 2's training (and, in the seed's
+    # order, its last.pt) and its validation
+    CrashPoint(where="train_start", epoch=3),  # right after epoch 2's files
+    CrashPoint(where="val_after_save", epoch=3),  # after best selection, before patience
+    CrashPoint(where="train_end", epoch=2),  # mid-epoch: nothing of epoch 2 saved yet
+)
+
+
+def res_scenario() -> Scenario:
+    return make_scenario("res", RES_SCORES, cfg={"val.patience": 3})
+
+
+def _pairs(ctx: CheckContext, clause: str,
+           crashes: tuple[CrashPoint, ...] = CRASHES) -> list[tuple[CrashPoint, ResumePair]]:
+    return [(c, interrupt_and_resume(ctx, clause, res_scenario(), c)) for c in crashes]
+
+
+def _at(c: CrashPoint) -> str:
+    return f"killed at {c.where} of epoch {c.epoch}"
+
+
+def _epoch(r: RankTrace, epoch: int) -> TrainEpoch | None:
+    return next((e for e in r.train_epochs if e.epoch == epoch), None)
+
+
+@check("RES-1", requires={"resume", "checkpoint"})
+def check_resume_continues_at_the_next_epoch(ctx: CheckContext) -> str:
+    """A resume from epoch k's checkpoint trains k+1.. with the saved step; none repeated."""
+    whole = ctx.completed(res_scenario()).rank0
+    for crash, pair in _pairs(ctx, "RES-1"):
+        k = pair.checkpoint.epoch
+        content = pair.checkpoint.content or {}
+        step = content.get("train_step")
+        if k is None or not isinstance(step, int):
+            raise CheckFailed(f"RES-1: the last.pt left when {_at(crash)} has no integer epoch "
+                              f"and train_step (found epoch={k!r}, train_step={step!r})")
+        r = pair.resumed.rank0
+        expected = [e for e in whole.epochs_trained if e > k]
+        if r.epochs_trained != expected:
+            raise CheckFailed(f"RES-1: {_at(crash)} and resumed from last.pt of epoch {k}, the "
+                              f"run trained epochs {r.epochs_trained}, expected {expected}")
+        if r.train_epochs and r.train_epochs[0].start_step != step:
+            raise CheckFailed(f"RES-1: resumed from last.pt of epoch {k} (train_step {step}), "
+                              f"epoch {k + 1} started at train_step "
+                              f"{r.train_epochs[0].start_step}")
+        done = [e for e in pair.interrupted.rank0.epochs_trained if e <= k]
+        if done + r.epochs_trained != whole.epochs_trained:
+            raise CheckFailed(f"RES-1: {_at(crash)}: epochs before the checkpoint {done} plus "
+                              f"resumed {r.epochs_trained} differ from the uninterrupted "
+                              f"{whole.epochs_trained}")
+    return f"resumed at k+1 with the saved step after {len(CRASHES)} kills; no epoch repeated"
+
+
+@check("RES-2", requires={"resume", "checkpoint"})
+def check_resume_restores_every_registered_item(ctx: CheckContext) -> str:
+    """Optimizer and scheduler state at the resume point equal the uninterrupted run's."""
+    whole = ctx.completed(res_scenario()).rank0
+    for crash, pair in _pairs(ctx, "RES-2"):
+        r = pair.resumed.rank0
+        if not r.train_epochs:
+            continue
+        first = r.train_epochs[0]
+        ref = _epoch(whole, first.epoch)
+        if ref is None:
+            continue
+        for item in ("optimizer", "scheduler"):
+            if item not in ref.state:
+                continue
+            diff = first_difference({item: ref.state[item]}, {item: first.state.get(item, {})})
+            if diff is not None:
+                raise CheckFailed(
+                    f"RES-2: {_at(crash)} and resumed at epoch {first.epoch}, the {item} state "
+                    f"differs from the uninterrupted run ({diff}). Restore every registered "
+                    "item's state_dict on resume.")
+    return "optimizer (Adam moments, step) and LR scheduler equal the uninterrupted run's " \
+        "at every resume point"
+
+
+@check("RES-3", requires={"resume", "checkpoint", "early_stopping"})
+def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
+    """Interrupted-and-resumed runs decide, select and write best.pt as the uninterrupted one."""
+    s = res_scenario()
+    whole = ctx.completed(s)
+    w = whole.rank0
+    want = [(v.epoch, v.improved, v.stop) for v in w.validations]
+    want_best = whole.newest("best.pt")
+    for crash, pair in _pairs(ctx, "RES-3"):
+        k = pair.ckpt_epoch
+        before = [(v.epoch, v.improved, v.stop) for v in pair.interrupted.rank0.validations
+                  if v.epoch <= k]
+        after = [(v.epoch, v.improved, v.stop) for v in pair.resumed.rank0.validations]
+        seen = before + after
+        if seen != want:
+            raise CheckFailed(
+                f"RES-3: {_at(crash)} and resumed from epoch {k}, the run validated "
+                f"(epoch, improved, stop) {seen}; uninterrupted: {want}. Save the best score, "
+                "its epoch and the patience counter with each checkpoint, after the epoch's "
+                "validation.")
+        diff = weights_diff(w.best_model, pair.resumed.rank0.best_model)
+        if diff is not None:
+            raise CheckFailed(f"RES-3: {_at(crash)}, the resumed run ends with other best "
+                              f"weights than the uninterrupted run: {diff}")
+        best = pair.resumed.newest("best.pt")
+        if want_best is not None and (best is None or best.epoch != want_best.epoch):
+            raise CheckFailed(
+                f"RES-3: {_at(crash)}, the newest best.pt says epoch "
+                f"{None if best is None else best.epoch}; uninterrupted: {want_best.epoch}")
+    return f"same improvements, stop and best weights/best.pt (epoch 1) after {len(CRASHES)} " \
+        "kills, one between training and validation"
+
+
+_STATE_MEANING = {
+    "rng": "the random-number state (data order, dropout): RNG states were not restored",
+    "optimizer": "the optimizer state",
+    "scheduler": "the LR scheduler state",
+    "weights": "the model weights",
+}
+
+
+@check("RES-4", requires={"resume", "checkpoint", "rng_state"})
+def check_resume_is_bitwise_exact(ctx: CheckContext) -> str:
+    """On CPU, crash + resume ends with weights bitwise equal to the uninterrupted run."""
+    s = make_scenario("res-exact", [0.1, 0.2, 0.3, 0.4], task=Task(shuffle=True))
+    whole = ctx.completed(s).rank0
+    for crash in (CrashPoint(where="train_start", epoch=2), CrashPoint(where="val_start",
+                                                                        epoch=1)):
+        pair = interrupt_and_resume(ctx, "RES-4", s, crash)
+        r = pair.resumed.rank0
+        diff = weights_diff(whole.final_weights, r.final_weights)
+        if diff is None:
+            continue
+        lost = "an unknown part of the state"
+        if r.train_epochs:
+            first = r.train_epochs[0]
+            ref = _epoch(whole, first.epoch)
+            if ref is not None:
+                for part in ("weights", "optimizer", "scheduler", "rng"):
+                    if first_difference({part: ref.state.get(part)},
+                                        {part: first.state.get(part)}) is not None:
+                        lost = _STATE_MEANING[part]
+                        break
+        raise CheckFailed(f"RES-4: {_at(crash)} and resumed, the final weights differ from "
+                          f"the uninterrupted run ({diff}); at the resume point {lost} "
+                          "differed")
+    return "final weights bitwise equal to the uninterrupted run after kills at 2 points"
+
+
+@check("RES-5", requires={"resume", "checkpoint"})
+def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
+    """Resuming into another optimizer or an extra scheduler raises, naming item and way out."""
+    from trainspec.conformance.checks.chains import source_checkpoint
+
+    base = make_scenario("res-fit", [0.1, 0.2])
+    _, path = source_checkpoint(ctx, "RES-5", base)
+    cases = {
+        "another optimizer class (Adam -> SGD)": (Task(optimizer="sgd"), "optimizer"),
+        "an extra optimizer param group": (Task(extra_param_group=True), "optimizer"),
+        "an extra registered scheduler": (Task(extra_scheduler=True), "scheduler2"),
+    }
+    for what, (task, item) in cases.items():
+        s = with_load(base.replace(task=task), path, resume=True, name=f"res-fit-{item}")
+        trace = ctx.run(s)
+        bad = [r for r in trace.ranks if r.status != "completed"]
+        if not bad:
+            raise CheckFailed(f"RES-5: resuming with {what} went on silently; expected an "
+                              f"error naming '{item}' and the way out (finetune)")
+        message = bad[0].error + "\n" + _last_line(bad[0].detail)
+        if item not in message:
+            raise CheckFailed(f"RES-5: resuming with {what} failed without naming '{item}': "
+                              f"{bad[0].error}")
+        if not any(w in message.lower() for w in ("model_only", "resume=false", "finetune",
+                                                  "resume: false", "resume false")):
+            raise CheckFailed(f"RES-5: resuming with {what} failed without naming the way "
+                              f"out (a finetune: ckpt.model_only / ckpt.resume=false): "
+                              f"{bad[0].error}")
+    return "another optimizer, an extra param group and an extra scheduler each raised, " \
+        "naming the item and the finetune way out"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,88 @@
+"""DBG mutants: slips in debug mode."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any
+
+from trainspec.reference import BaseTrainer, OneBatchLoader, TrainConfig
+
+
+class _AlwaysOneBatch:
+    """A truncated loader whose len() is 1 even for an empty split."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:
+        return islice(iter(self.loader), 1)
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+
+class DebugLoaderLiesAboutLength(BaseTrainer):
+    """Truncates with a loader that reports len() 1 for an empty split."""
+
+    def _truncate_loaders(self) -> None:
+        for name in self.loader_names:
+            loader = getattr(self, name, None)
+            if loader is not None:
+                setattr(self, name, _AlwaysOneBatch(loader))
+
+
+def _debug_config(**changes: Any) -> type[TrainConfig]:
+    """A config class whose debug derivation forgets one of its duties."""
+
+    class BrokenDebug(TrainConfig):
+        def effective(self) -> TrainConfig:
+            out = super().effective()
+            if not self.debug:
+                return out
+            return dataclasses.replace(out, **{k: v(self) for k, v in changes.items()})
+
+    return BrokenDebug
+
+
+class DebugKeepsAllEpochs(BaseTrainer):
+    """Debug does not cap num_epochs."""
+
+    config_type = _debug_config(num_epochs=lambda c: c.num_epochs)
+
+
+class DebugWritesCheckpoints(BaseTrainer):
+    """Debug leaves checkpointing on."""
+
+    config_type = _debug_config(ckpt=lambda c: c.ckpt)
+
+
+class DebugKeepsGradAccum(BaseTrainer):
+    """Debug keeps grad_accum_steps, so the single batch never reaches an optimizer step."""
+
+    config_type = _debug_config(grad_accum_steps=lambda c: c.grad_accum_steps)
+
+
+class DebugKeepsPredictionDumps(BaseTrainer):
+    """Debug leaves save_preds.enable as the user set it."""
+
+    config_type = _debug_config(save_preds=lambda c: c.save_preds)
+
+
+class DebugTruncatesInSetup(BaseTrainer):
+    """Truncates each loader as setup assigns it, so setup sizes schedules from one batch."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.loader_names and getattr(self, "cfg", None) is not None \
+                and self.cfg.debug and not isinstance(value, OneBatchLoader):
+            value = OneBatchLoader(value)
+        super().__setattr__(name, value)
+
+    def _truncate_loaders(self) -> None:
+        return None

@@ -1,0 +1,83 @@
+"""RES mutants: slips in resuming an interrupted run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainspec.reference import BaseTrainer
+
+
+class RepeatsTheCheckpointEpoch(BaseTrainer):
+    """Resumes at the checkpoint's epoch instead of the one after it."""
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        ckpt = super()._load_checkpoint()
+        if ckpt is not None and self.is_resumed:
+            self.epoch -= 1
+        return ckpt
+
+
+class ForgetsOptimizerState(BaseTrainer):
+    """Restores the scheduler but leaves the optimizer at its initial state."""
+
+    def _restore_items(self, ckpt: dict[str, Any]) -> list[str]:
+        optimizer = self.ckpt_items.pop("optimizer", None)
+        try:
+            return super()._restore_items(ckpt)
+        finally:
+            if optimizer is not None:
+                self.ckpt_items["optimizer"] = optimizer
+
+
+class ForgetsBestOnResume(BaseTrainer):
+    """Saves best tracking in the checkpoint but never reads it back."""
+
+    def _restore_tracking(self, ckpt: dict[str, Any]) -> None:
+        return None
+
+
+class ForgetsPatienceOnResume(BaseTrainer):
+    """Restores the incumbent best but refills the patience counter on resume."""
+
+    def _restore_tracking(self, ckpt: dict[str, Any]) -> None:
+        super()._restore_tracking(ckpt)
+        self.patience_left = self.cfg.val.patience
+
+
+class CheckpointsBeforeValidation(BaseTrainer):
+    """The seed's order: last.pt is written before the epoch's validation, so a crash in
+    between resumes past a validation that never happened."""
+
+    def _is_validation_due(self, epoch: int) -> bool:
+        self._write_epoch_checkpoints()
+        return super()._is_validation_due(epoch)
+
+    def _write_epoch_checkpoints(self) -> None:
+        if getattr(self, "_written", None) == self.epoch:
+            return
+        self._written = self.epoch
+        super()._write_epoch_checkpoints()
+
+
+class ForgetsRngState(BaseTrainer):
+    """Saves RNG states but does not restore them: the data order changes after a resume."""
+
+    def _restore_rng(self, ckpt: dict[str, Any]) -> None:
+        return None
+
+
+class SkipsStateThatDoesNotFit(BaseTrainer):
+    """The seed's leniency: an item whose state is missing or does not load is left at init."""
+
+    def _restore_items(self, ckpt: dict[str, Any]) -> list[str]:
+        loaded = []
+        for name, item in self.ckpt_items.items():
+            key = f"{name}_state_dict"
+            if name == "model" or key not in ckpt:
+                continue
+            try:
+                item.load_state_dict(ckpt[key])
+            except (ValueError, RuntimeError, KeyError):
+                continue
+            loaded.append(name)
+        return loaded

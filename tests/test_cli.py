@@ -1,0 +1,197 @@
+"""The command line: subcommands, exit statuses and messages (a contract, design.md).
+
+``main([...])`` runs in-process with the runner faked where a real run adds nothing; one test
+runs the real ``trainspec check`` end to end in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from trainspec.conformance import api
+from trainspec.conformance import clauses as registry
+from trainspec.conformance.cli import main
+from trainspec.conformance.model import CheckResult, ClauseResult, Report, Verdict
+
+
+def fake_report(failing: str | None = None, target: str = "reference") -> Report:
+    """Every clause passes, except ``failing``."""
+    out = []
+    for clause in registry.CLAUSES:
+        verdict: Verdict = "fail" if clause.id == failing else "pass"
+        out.append(ClauseResult(id=clause.id, level=clause.level, title=clause.title,
+                                verdict=verdict, evidence=f"{clause.id}: observed {verdict}"))
+    return Report(trainspec="0.1.0", target=target, environment={"python": "3.11"},
+                  clauses=tuple(out), duration_s=1.0)
+
+
+def fake_check(report: Report | BaseException, calls: list[dict[str, object]]
+               ) -> Callable[..., Report]:
+    def check(target: str | None = None, **kwargs: object) -> Report:
+        calls.append({"target": target, **kwargs})
+        if isinstance(report, BaseException):
+            raise report
+        on_result = kwargs.get("on_result")
+        if callable(on_result):
+            on_result(CheckResult(name="check_fake_thing", clauses=("LOOP-1",),
+                                  outcome="passed", evidence="fine", duration_s=0.125))
+        return report
+
+    return check
+
+
+def test_list_prints_every_clause_with_level_and_title(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(registry.CLAUSES)
+    first = registry.CLAUSES[0]
+    assert lines[0].split(maxsplit=2) == [first.id, first.level, first.title]
+
+
+def test_explain_shows_text_rationale_and_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "loop-1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("LOOP-1 (MUST): Each epoch trains once, in order")
+    for label in ("Text:", "Rationale:", "Observable:", "Checks:"):
+        assert label in out
+    assert "check_loop_trains_each_epoch_once_in_order: " in out
+
+
+def test_explain_an_unknown_clause_is_a_usage_error(capsys: pytest.CaptureFixture[str]
+                                                    ) -> None:
+    assert main(["explain", "RES-99"]) == 2
+    assert capsys.readouterr().err.startswith("trainspec: error: unknown clause 'RES-99'")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ([], "required: COMMAND"),
+    (["check", "--world-size", "0"], "--world-size: expected 1 or more, got 0"),
+    (["check", "--timeout", "soon"], "--timeout: expected a number of seconds"),
+    (["check", "--backend", "mpi"], "--backend: invalid choice"),
+    (["check", "--clauses", "LOOP,XYZ"], "unknown clause or family 'XYZ'"),
+    (["check", "nosuchframework"], "target 'nosuchframework': expected one of reference"),
+    (["check", "--deviations", "absent.toml"], "absent.toml: no such file"),
+])
+def test_usage_errors_exit_2_with_a_prefixed_message(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "trainspec: error: " in err
+    assert message in err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--help"]) == 0
+    assert "--deviations FILE.toml" in capsys.readouterr().out
+
+
+def test_check_exits_1_when_not_conformant_and_writes_every_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(api, "check", fake_check(fake_report(failing="RES-3"), calls))
+    monkeypatch.delenv("TRAINSPEC_BACKEND", raising=False)
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    deviations = tmp_path / "dev.toml"
+    deviations.write_text('[deviations]\n"pat-1" = "known"\n')
+    argv = ["check", "--clauses", "LOOP,RES-3", "--world-size", "1", "--timeout", "5",
+            "--backend", "gloo", "-n", "3", "--deviations", str(deviations),
+            "--report", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
+            "--markdown", str(tmp_path / "r.md")]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert re.search(r"^RES-3 +MUST +fail +", out, re.MULTILINE)
+    assert "RES-3: observed fail" in out
+    assert out.rstrip().endswith("conformant: no; 1.0 s")
+    assert re.search(r"^\[\s*1/\d+\] passed  check_fake_thing 0\.12s$", err, re.MULTILINE)
+    assert calls[0]["clauses"] == "LOOP,RES-3"
+    assert calls[0]["world_size"] == 1
+    assert calls[0]["timeout_s"] == 5.0
+    assert calls[0]["deviations"] == {"PAT-1": "known"}
+    assert os.environ["TRAINSPEC_BACKEND"] == "gloo"
+    assert json.loads((tmp_path / "r.json").read_text())["conformant"] is False
+    assert ET.parse(tmp_path / "r.xml").getroot().find("testsuite") is not None
+    assert "**not conformant**" in (tmp_path / "r.md").read_text()
+    assert "**not conformant**" in summary.read_text()
+
+
+def test_an_internal_error_exits_3_with_the_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(api, "check", fake_check(RuntimeError("pipe broke"), []))
+    assert main(["check", "--clauses", "LOOP-1"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert "RuntimeError: pipe broke" in err
+    assert "please report it" in err
+
+
+def test_an_interrupt_exits_130_with_one_line(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(api, "check", fake_check(KeyboardInterrupt(), []))
+    assert main(["check", "--clauses", "LOOP-1"]) == 130
+    assert capsys.readouterr().err == "trainspec: interrupted; worker processes were stopped\n"
+
+
+def test_matrix_writes_json_and_markdown_for_the_installed_targets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(api, "check", fake_check(fake_report(), calls))
+    assert main(["matrix", "--out", str(tmp_path / "m"), "--clauses", "LOOP"]) == 0
+    data = json.loads((tmp_path / "m" / "matrix.json").read_text())
+    assert "reference" in data["targets"]
+    assert data["targets"]["reference"]["complete"] is True
+    assert set(data["targets"]) | set(data["not_installed"]) == {
+        "reference", "lightning", "hf", "ignite", "keras"}
+    assert list(data)[-1] == "complete"
+    markdown = (tmp_path / "m" / "matrix.md").read_text()
+    assert "| LOOP-1 Each epoch trains once, in order | MUST | pass" in markdown
+    err = capsys.readouterr().err
+    for name in data["not_installed"]:
+        assert f"{name}: not installed" in err
+
+
+def test_python_dash_m_trainspec_runs_the_cli() -> None:
+    done = subprocess.run([sys.executable, "-m", "trainspec", "list"], capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("LOOP-1 ")
+
+
+@pytest.mark.slow
+def test_check_end_to_end_on_the_reference_writes_conformant_reports(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("trainspec")
+    argv = [str(script), "check", "--clauses", "LOOP", "--report", "r.json", "--junit",
+            "r.xml", "--markdown", "r.md"]
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^\[\s*1/\d+\] passed  check_loop_", done.stderr, re.MULTILINE)
+    assert re.search(r"conformant: yes; [\d.]+ s$", done.stdout.rstrip())
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["conformant"] is True
+    assert report["complete"] is True
+    loop = [c for c in report["clauses"] if c["id"].startswith("LOOP-")]
+    assert loop
+    assert {c["verdict"] for c in loop} == {"pass"}
+    assert all(c["checks"] for c in loop)
+    assert len(report["clauses"]) == len(registry.CLAUSES)
+    suite = ET.parse(tmp_path / "r.xml").getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("failures"), suite.get("errors")) == ("0", "0")
+    assert (tmp_path / "r.md").read_text().startswith(
+        "## trainspec 0.1.0: `reference` is conformant")

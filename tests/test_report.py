@@ -1,0 +1,197 @@
+"""The report writers, on hand-built reports: JSON (a contract), JUnit, Markdown, the table."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from trainspec.conformance import clauses as registry
+from trainspec.conformance import report as writers
+from trainspec.conformance.model import CheckOutcome, CheckResult, ClauseResult, Report, Verdict
+from trainspec.errors import UsageError
+
+_OUTCOME: dict[Verdict, CheckOutcome] = {"pass": "passed", "fail": "failed", "deviation": "failed", "n/a": "n/a",
+            "error": "error", "timeout": "timeout"}
+
+
+def sample_report(verdicts: dict[str, Verdict] | None = None, *,
+                  selected: tuple[str, ...] = ()) -> Report:
+    """Every clause of the registry; ``pass`` unless ``verdicts`` says otherwise."""
+    chosen = verdicts or {}
+    shared = CheckResult(name="check_shared_by_two", clauses=("LOOP-1", "LOOP-2"),
+                         outcome="passed", evidence="both fine", duration_s=0.5)
+    results = []
+    for clause in registry.CLAUSES:
+        verdict = chosen.get(clause.id, "pass")
+        evidence = f"{clause.id} evidence: expected 1, observed {verdict}"
+        checks: tuple[CheckResult, ...] = (CheckResult(
+            name=f"check_{clause.id.lower().replace('-', '_')}", clauses=(clause.id,),
+            outcome=_OUTCOME[verdict], evidence=evidence, duration_s=0.25,
+            detail="Traceback: the detail" if verdict in ("fail", "error") else ""),)
+        if clause.id in shared.clauses:
+            checks = (*checks, shared)
+        results.append(ClauseResult(
+            id=clause.id, level=clause.level, title=clause.title, verdict=verdict,
+            evidence=evidence, checks=checks,
+            deviation_reason="known gap (#12)" if verdict == "deviation" else None))
+    return Report(trainspec="0.1.0", target="reference",
+                  environment={"python": "3.11.7", "torch": "2.13.0", "framework": None},
+                  clauses=tuple(results), duration_s=21.25, selected=selected)
+
+
+MIXED: dict[str, Verdict] = {"RES-3": "fail", "PAT-1": "deviation", "DIST-1": "timeout",
+                             "CKPT-1": "error", "FT-1": "n/a"}
+
+
+def test_json_has_every_clause_and_exactly_the_contract_keys() -> None:
+    data = writers.to_json(sample_report(MIXED))
+    assert list(data) == ["trainspec", "target", "environment", "conformant", "selected",
+                          "clauses", "summary", "duration_s", "complete"]
+    assert list(data)[-1] == "complete"
+    assert data["complete"] is True
+    assert [c["id"] for c in data["clauses"]] == [c.id for c in registry.CLAUSES]
+    assert data["summary"] == {"pass": len(registry.CLAUSES) - 5, "fail": 1, "deviation": 1,
+                               "n/a": 1, "error": 1, "timeout": 1}
+    assert data["conformant"] is False
+    res3 = next(c for c in data["clauses"] if c["id"] == "RES-3")
+    assert set(res3) == {"id", "level", "title", "verdict", "evidence", "checks"}
+    assert res3["checks"] == [{"name": "check_res_3", "outcome": "failed", "duration_s": 0.25}]
+    pat1 = next(c for c in data["clauses"] if c["id"] == "PAT-1")
+    assert pat1["deviation_reason"] == "known gap (#12)"
+
+
+def test_json_file_round_trips_through_from_json(tmp_path: Path) -> None:
+    original = sample_report(MIXED, selected=("RES-3", "LOOP-1"))
+    path = tmp_path / "out" / "r.json"
+    writers.write_json(original, path)
+    back = writers.read_json(path)
+    assert writers.to_json(back) == writers.to_json(original)
+    assert back.clause("LOOP-1").checks[1].clauses == ("LOOP-1", "LOOP-2")
+    assert back.selected == ("RES-3", "LOOP-1")
+
+
+def test_a_truncated_report_is_rejected(tmp_path: Path) -> None:
+    data = writers.to_json(sample_report())
+    del data["complete"]
+    with pytest.raises(UsageError, match="cut short"):
+        writers.from_json(data)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(writers.to_json(sample_report()))[:500])
+    with pytest.raises(UsageError, match=r"r\.json: expected a JSON report"):
+        writers.read_json(path)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("clauses", {}, r'"clauses" to be a JSON array'),
+    ("summary", {"pass": 1}, r'"summary" to count'),
+    ("conformant", False, r'"conformant": true'),
+    ("duration_s", "fast", r'"duration_s" to be a number'),
+])
+def test_a_malformed_report_names_the_bad_key(key: str, value: object, message: str) -> None:
+    data = writers.to_json(sample_report())
+    data[key] = value
+    with pytest.raises(UsageError, match=message):
+        writers.from_json(data, source="old.json")
+
+
+def test_an_unknown_verdict_is_rejected() -> None:
+    data = writers.to_json(sample_report())
+    data["clauses"][0]["verdict"] = "passed"
+    with pytest.raises(UsageError, match=r'"clauses"\[0\]\.verdict one of pass, fail'):
+        writers.from_json(data)
+
+
+def test_a_missing_report_file_says_how_to_write_one(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"no such file.*--report"):
+        writers.read_json(tmp_path / "absent.json")
+
+
+def test_junit_has_one_testcase_per_clause_and_matching_counts(tmp_path: Path) -> None:
+    path = tmp_path / "r.xml"
+    writers.write_junit(sample_report(MIXED), path)
+    suite = ET.parse(path).getroot().find("testsuite")
+    assert suite is not None
+    assert suite.get("name") == "trainspec:reference"
+    cases = suite.findall("testcase")
+    assert len(cases) == len(registry.CLAUSES) == int(suite.get("tests", "0"))
+    assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("1", "2", "2")
+    assert len(suite.findall("testcase/failure")) == 1
+    assert len(suite.findall("testcase/error")) == 2
+    assert len(suite.findall("testcase/skipped")) == 2
+    by_name = {c.get("name", "").split()[0]: c for c in cases}
+    res3 = by_name["RES-3"]
+    assert res3.get("classname") == "trainspec.RES"
+    failure = res3.find("failure")
+    assert failure is not None
+    assert failure.get("message") == "RES-3 evidence: expected 1, observed fail"
+    assert "Traceback: the detail" in (failure.text or "")
+    skipped = by_name["PAT-1"].find("skipped")
+    assert skipped is not None
+    assert skipped.get("message") == "deviation: known gap (#12)"
+    assert by_name["LOOP-1"].find("failure") is None
+
+
+def test_markdown_shows_evidence_for_non_pass_only(tmp_path: Path) -> None:
+    report = sample_report(MIXED)
+    text = writers.to_markdown(report)
+    assert text.startswith("## trainspec 0.1.0: `reference` is **not conformant**")
+    assert "### RES: Resume" in text
+    assert "| RES-3 | MUST | **FAIL** |" in text
+    assert "RES-3 evidence" in text
+    assert "LOOP-1 evidence" not in text
+    assert "declared deviation: known gap (#12)" in text
+    path = tmp_path / "r.md"
+    writers.write_markdown(report, path)
+    assert path.read_text() == text
+
+
+def test_markdown_lists_the_selected_clauses_and_counts_the_rest() -> None:
+    report = sample_report(selected=("LOOP-1", "LOOP-2"))
+    text = writers.to_markdown(report)
+    assert "| LOOP-2 |" in text
+    assert "| BEST-1 |" not in text
+    assert f"{len(registry.CLAUSES) - 2} clauses not selected" in text
+
+
+def test_step_summary_is_appended_when_github_sets_it(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert writers.append_step_summary(sample_report()) is False
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert writers.append_step_summary(sample_report()) is True
+    assert summary.read_text().startswith("earlier step\n## trainspec")
+
+
+def test_table_has_a_line_per_clause_and_evidence_under_non_pass_only() -> None:
+    report = sample_report(MIXED)
+    lines = writers.format_table(report, color=False).splitlines()
+    assert lines[0].split() == ["LOOP-1", "MUST", "pass", *registry.get("LOOP-1").title.split()]
+    assert "LOOP-1 evidence" not in "\n".join(lines)
+    res3 = next(i for i, line in enumerate(lines) if line.startswith("RES-3 "))
+    assert lines[res3 + 1].strip() == "RES-3 evidence: expected 1, observed fail"
+    assert lines[res3 + 1].startswith("    ")
+    n = len(registry.CLAUSES)
+    assert lines[-1] == (f"{n} clauses: {n - 5} pass, 1 fail, 1 deviation, 1 n/a, 1 error, "
+                         "1 timeout; conformant: no; 21.2 s")
+    assert "\x1b[" not in "\n".join(lines)
+
+
+def test_table_colors_only_when_asked() -> None:
+    report = sample_report(MIXED)
+    assert "\x1b[31;1mfail" in writers.format_table(report, color=True)
+
+
+def test_a_deviation_that_passes_shows_its_note() -> None:
+    report = sample_report()
+    loop1 = replace(report.clause("LOOP-1"), deviation_reason="old",
+                    note="declared as a deviation but passes: remove it")
+    clauses = tuple(loop1 if c.id == "LOOP-1" else c for c in report.clauses)
+    report = replace(report, clauses=clauses)
+    assert "passes: remove it" in writers.format_table(report, color=False)
+    assert writers.to_json(report)["clauses"][0]["note"].endswith("remove it")
