@@ -48,6 +48,7 @@ class BaseTrainerAdapter:
         self.trainer_ref = trainer if isinstance(trainer, str) else \
             f"{trainer.__module__}:{trainer.__qualname__}"
         self._cls: type[Any] | None = None if isinstance(trainer, str) else trainer
+        self.last_trainer: Any = None
 
     @property
     def name(self) -> str:
@@ -100,5 +101,8 @@ class BaseTrainerAdapter:
         probe_cls = make_probe(self.trainer_class, scenario, ctx)
         cfg = self.build_config(scenario, ctx)
         trainer = probe_cls(cfg, ctx.rank, ctx.world_size)
+        # kept referenced: a worker process ends without freeing it (torch can deadlock
+        # freeing a gloo group's DDP reducer while a collective's tensors await the GIL)
+        self.last_trainer = trainer
         trainer.train()
         ctx.emit(trainer.probe_end())

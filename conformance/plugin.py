@@ -58,7 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Settings:
-    target: Target
+    target: str | None
+    base_trainer: str | None
     selected: tuple[str, ...]
     deviations: dict[str, str]
     world_size: int
@@ -70,6 +71,7 @@ class _Session:
     """The harness of this pytest process, started on the first item that needs it."""
 
     settings: _Settings
+    target: Target
     harness: Harness | None = None
     context: CheckContext | None = None
     broken: str | None = None  # why the harness could not start: every item errors with it
@@ -82,7 +84,7 @@ class _Session:
             except Exception as e:
                 self.broken = f"{type(e).__name__}: {e}"
         if self.context is None:
-            pytest.fail(f"trainspec: the harness for {self.settings.target.label} could not "
+            pytest.fail(f"trainspec: the harness for {self.target.label} could not "
                         f"start: {self.broken}", pytrace=False)
         return self.context
 
@@ -92,7 +94,7 @@ class _Session:
         from trainspec.conformance.harness import Harness
         from trainspec.errors import AdapterError
 
-        target = self.settings.target
+        target = self.target
         self.harness = Harness(target.adapter, timeout_s=self.settings.timeout_s)
         declared = self.harness.describe(target.adapter).get("capabilities", [])
         unknown = sorted(set(declared) - CAPABILITIES)
@@ -111,6 +113,7 @@ class _Session:
 
 
 _SETTINGS = pytest.StashKey[_Settings]()
+_TARGET = pytest.StashKey["Target"]()
 _SESSION = pytest.StashKey[_Session]()
 
 
@@ -127,7 +130,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def _settings(config: pytest.Config, target: str | None, base_trainer: str | None) -> _Settings:
     from trainspec.conformance import clauses as registry
     from trainspec.conformance.deviations import load_deviations
-    from trainspec.conformance.runner import resolve_target
     from trainspec.errors import UsageError
 
     world_size: int = config.getoption("trainspec_world_size")
@@ -141,7 +143,7 @@ def _settings(config: pytest.Config, target: str | None, base_trainer: str | Non
             raise UsageError(f"--trainspec-timeout: expected more than 0 seconds, got "
                              f"{timeout_s}")
         return _Settings(
-            target=resolve_target(target, base_trainer),
+            target=target, base_trainer=base_trainer,
             selected=registry.select(config.getoption("trainspec_clauses")),
             deviations=(load_deviations(Path(deviations_path)) if deviations_path is not None
                         else {}),
@@ -155,10 +157,23 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                   items: list[pytest.Item]) -> None:
     if _SETTINGS not in config.stash:
         return
+    config.stash[_TARGET] = _resolve_target(config.stash[_SETTINGS])
     # An explicit node ID: the items read ``trainspec::<check>[<clauses>]`` wherever pytest
     # runs from, on every xdist worker alike.
     collector = TrainspecCollector.from_parent(session, name="trainspec", nodeid="trainspec")
     items.extend(session.genitems(collector))
+
+
+def _resolve_target(settings: _Settings) -> Target:
+    # Here, not in pytest_configure: the runner imports torch, and an xdist controller (which
+    # never collects) should not pay for it.
+    from trainspec.conformance.runner import resolve_target
+    from trainspec.errors import UsageError
+
+    try:
+        return resolve_target(settings.target, settings.base_trainer)
+    except UsageError as e:
+        raise pytest.UsageError(f"trainspec: {e}") from None
 
 
 class TrainspecCollector(pytest.Collector):
@@ -212,7 +227,8 @@ class TrainspecItem(pytest.Item):
                         f"--trainspec-world-size={settings.world_size}")
         session = self.config.stash.get(_SESSION, None)
         if session is None:
-            session = self.config.stash[_SESSION] = _Session(settings)
+            session = _Session(settings, self.config.stash[_TARGET])
+            self.config.stash[_SESSION] = session
             self.config.add_cleanup(session.close)
         ctx = session.context_or_fail()
         self.result = result = run_check(CHECKS[self.check_name], ctx)

@@ -11,6 +11,7 @@ tests on ``best_model``. Everything the base decides is emitted as events.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import random
 import signal
@@ -269,12 +270,15 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
 
         def _pool(self, total: float, count: float) -> float:
             if task.metric == "torchmetrics":
-                from torchmetrics.aggregation import MeanMetric
+                # two synced sums rather than a weighted MeanMetric: torchmetrics 1.9's
+                # MeanMetric drops the weight when nan_strategy="disable"
+                from torchmetrics.aggregation import SumMetric
 
-                metric = MeanMetric(nan_strategy="disable").to(self.device)
-                if count > 0:
-                    metric.update(torch.tensor(total / count), weight=count)
-                return float(metric.compute())
+                sums = [SumMetric(nan_strategy="disable").to(self.device) for _ in range(2)]
+                sums[0].update(torch.tensor(total, dtype=torch.float64))
+                sums[1].update(torch.tensor(count, dtype=torch.float64))
+                pooled_total, pooled_count = (float(m.compute()) for m in sums)
+                return math.nan if pooled_count == 0 else pooled_total / pooled_count
             return float(self.reduce_mean(total, count))
 
         def test(self) -> None:

@@ -14,6 +14,7 @@ import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -25,7 +26,15 @@ from trainspec.conformance.harness import AdapterSpec, Harness
 from trainspec.conformance.model import CheckResult, ClauseResult, Report, Verdict, worst_verdict
 from trainspec.errors import AdapterError, UsageError
 
-__all__ = ["BUILTIN_TARGETS", "Target", "judge_clauses", "resolve_target", "run_checks"]
+__all__ = [
+    "BUILTIN_TARGETS",
+    "Target",
+    "judge_clauses",
+    "open_context",
+    "resolve_target",
+    "run_checks",
+    "selected_checks",
+]
 
 BASE_TRAINER_ADAPTER = "trainspec.adapters.base_trainer:BaseTrainerAdapter"
 
@@ -75,6 +84,22 @@ def resolve_target(target: str | None = None, base_trainer: str | None = None) -
                      "MODULE:OBJECT naming an adapter")
 
 
+def open_context(target: Target, harness: Harness, *, world_size: int = 2,
+                 max_examples: int = 60) -> tuple[CheckContext, dict[str, Any]]:
+    """The context checks of ``target`` run in, and what its adapter said of itself."""
+    described = harness.describe(target.adapter)
+    capabilities = _capabilities(target, described.get("capabilities", []))
+    ctx = CheckContext(harness=harness, adapter=target.adapter, capabilities=capabilities,
+                       world_size=world_size, target_args=target.reproducer_args,
+                       max_examples=max_examples)
+    return ctx, described
+
+
+def selected_checks(selected: Sequence[str], world_size: int) -> list[CheckSpec]:
+    """The checks verifying any of ``selected``; multi-rank ones only with several ranks."""
+    return _selected_checks(selected, world_size)
+
+
 def _selected_checks(selected: Sequence[str], world_size: int) -> list[CheckSpec]:
     chosen = set(selected)
     return [spec for spec in CHECKS.values()
@@ -97,11 +122,8 @@ def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 
     with contextlib.ExitStack() as stack:
         if harness is None:
             harness = stack.enter_context(Harness(target.adapter, timeout_s=timeout_s))
-        described = harness.describe(target.adapter)
-        capabilities = _capabilities(target, described.get("capabilities", []))
-        ctx = CheckContext(harness=harness, adapter=target.adapter, capabilities=capabilities,
-                           world_size=world_size, target_args=target.reproducer_args,
-                           max_examples=max_examples)
+        ctx, described = open_context(target, harness, world_size=world_size,
+                                      max_examples=max_examples)
         for spec in _selected_checks(selected, world_size):
             result = run_check(spec, ctx)
             results.append(result)

@@ -7,6 +7,7 @@ stalls becomes an error on this rank instead of an indefinite wait.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -74,9 +75,18 @@ class ProcessGroup:
         )
         return cls(rank, world_size, device, is_distributed=True, owns_group=True)
 
-    def close(self) -> None:
-        """Leave the group if this run created it (exiting without it can abort the process)."""
+    def close(self, *, is_healthy: bool = True) -> None:
+        """Leave the group if this run created it (exiting without it can abort the process).
+
+        A healthy run ends with a barrier: gloo's worker threads then hold no collective whose
+        tensors still need the GIL to be freed. Without it, freeing the group later (with the
+        DDP reducer that keeps it alive) can deadlock: the destructor joins a thread that waits
+        for the GIL the destructor holds.
+        """
         if self.owns_group and dist.is_initialized():
+            if is_healthy:
+                with contextlib.suppress(RuntimeError, dist.DistBackendError):
+                    dist.barrier()
             dist.destroy_process_group()
         self.owns_group = False
 

@@ -96,7 +96,7 @@ class BaseTrainer(ABC):
         try:
             self._prepare()
         except BaseException:
-            self.pg.close()
+            self.pg.close(is_healthy=False)
             raise
 
     def _prepare(self) -> None:
@@ -148,6 +148,7 @@ class BaseTrainer(ABC):
         cfg = self.cfg
         progress = EpochProgress(start=self.epoch, total=cfg.num_epochs,
                                  enabled=self.rank == 0)
+        is_healthy = False
         try:
             with self._sigterm_flag():
                 should_stop = self._stopped
@@ -164,16 +165,17 @@ class BaseTrainer(ABC):
                         should_stop = self._validate()
                     self._write_epoch_checkpoints()
                     # every file of this epoch is complete before any rank trains the next
-                    self.pg.barrier()
+                    self.barrier()
                     progress.update(epoch_done=epoch + 1, note=self._best_note())
                     if self.pg.any_rank(self._sigterm_received):
                         self._preempt()
             if self._should_test():
                 self.test()
             self.log_training_results()
+            is_healthy = True
         finally:
             progress.close()
-            self.pg.close()
+            self.pg.close(is_healthy=is_healthy)
 
     def _epochs(self) -> range:
         """The epochs this run trains: from the start (0, or k+1 on resume) to the end."""
@@ -202,7 +204,7 @@ class BaseTrainer(ABC):
             self._save("last.pt")  # the resumable checkpoint, whatever save_last says
         self.logger.warn(f"SIGTERM: stopped after epoch {self.epoch}; resume from "
                          f"{self.ckpt_dir / 'last.pt' if self.ckpt_dir else 'nothing (ckpt off)'}")
-        self.pg.close()
+        self.pg.close(is_healthy=True)
         raise SystemExit(PREEMPTED_EXIT_CODE)
 
     @contextlib.contextmanager
@@ -388,7 +390,11 @@ class BaseTrainer(ABC):
             state[f"{item_name}_class"] = _class_name(item)
         if self.best_model is not None and name != "best.pt":
             state["best_model_state_dict"] = self.best_model
-        save_checkpoint(self.ckpt_dir / name, state)
+        self._write_file(self.ckpt_dir / name, state)
+
+    def _write_file(self, path: Path, state: dict[str, Any]) -> None:
+        """Rank 0's atomic write; complete when this returns (DIST-4, CKPT-2)."""
+        save_checkpoint(path, state)
 
     def _load_checkpoint(self) -> dict[str, Any] | None:
         ckpt_cfg = self.cfg.ckpt

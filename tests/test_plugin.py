@@ -35,11 +35,16 @@ def test_without_its_options_the_plugin_adds_nothing(pytester: pytest.Pytester) 
     assert "trainspec::" not in result.stdout.str()
 
 
-def test_bad_options_are_usage_errors(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_inprocess("--trainspec-target=reference",
-                                          "--trainspec-clauses=LOOP,XYZ")
+@pytest.mark.parametrize(("args", "message"), [
+    (["--trainspec-clauses=LOOP,XYZ"], "trainspec: --clauses: unknown clause or family 'XYZ'"),
+    (["--trainspec-target=nosuch"], "trainspec: target 'nosuch': expected one of reference"),
+    (["--trainspec-world-size=0"], "trainspec: --trainspec-world-size: expected 1 or more"),
+])
+def test_bad_options_are_usage_errors(pytester: pytest.Pytester, args: list[str],
+                                      message: str) -> None:
+    result = pytester.runpytest_inprocess("--trainspec-target=reference", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*trainspec: --clauses: unknown clause or family 'XYZ'*"])
+    result.stderr.fnmatch_lines([f"*{message}*"])
 
 
 def test_items_have_stable_ids_that_name_check_and_clauses(pytester: pytest.Pytester) -> None:

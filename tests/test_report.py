@@ -14,8 +14,9 @@ from trainspec.conformance import report as writers
 from trainspec.conformance.model import CheckOutcome, CheckResult, ClauseResult, Report, Verdict
 from trainspec.errors import UsageError
 
-_OUTCOME: dict[Verdict, CheckOutcome] = {"pass": "passed", "fail": "failed", "deviation": "failed", "n/a": "n/a",
-            "error": "error", "timeout": "timeout"}
+_OUTCOME: dict[Verdict, CheckOutcome] = {"pass": "passed", "fail": "failed",
+                                          "deviation": "failed", "n/a": "n/a",
+                                          "error": "error", "timeout": "timeout"}
 
 
 def sample_report(verdicts: dict[str, Verdict] | None = None, *,

@@ -1,6 +1,6 @@
 """The conformance checks, one module per clause family; importing this registers them all."""
 
-from trainspec.conformance.checks import best, ckpt, dbg, ft, loop, nan, pat, res
+from trainspec.conformance.checks import best, ckpt, dbg, dist, ft, loop, nan, pat, res
 from trainspec.conformance.checks.base import (
     CHECKS,
     CheckContext,
@@ -20,6 +20,7 @@ __all__ = [
     "best",
     "ckpt",
     "dbg",
+    "dist",
     "ft",
     "check",
     "checks_by_clause",

@@ -132,10 +132,10 @@ def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
 
 
 _STATE_MEANING = {
-    "rng": "the random-number state (data order, dropout): RNG states were not restored",
-    "optimizer": "the optimizer state",
-    "scheduler": "the LR scheduler state",
-    "weights": "the model weights",
+    "weights": "the model weights differed",
+    "optimizer": "the optimizer state differed",
+    "scheduler": "the LR scheduler state differed",
+    "rng": "the {} RNG state differed (data order, dropout): save and restore RNG states",
 }
 
 
@@ -151,19 +151,20 @@ def check_resume_is_bitwise_exact(ctx: CheckContext) -> str:
         diff = weights_diff(whole.final_weights, r.final_weights)
         if diff is None:
             continue
-        lost = "an unknown part of the state"
+        lost = "no recorded part of the state differed"
         if r.train_epochs:
             first = r.train_epochs[0]
             ref = _epoch(whole, first.epoch)
             if ref is not None:
                 for part in ("weights", "optimizer", "scheduler", "rng"):
-                    if first_difference({part: ref.state.get(part)},
-                                        {part: first.state.get(part)}) is not None:
-                        lost = _STATE_MEANING[part]
+                    diff = first_difference({part: ref.state.get(part)},
+                                            {part: first.state.get(part)})
+                    if diff is not None:
+                        which = diff.split(":")[0].removeprefix("rng.")
+                        lost = _STATE_MEANING[part].format(which)
                         break
         raise CheckFailed(f"RES-4: {_at(crash)} and resumed, the final weights differ from "
-                          f"the uninterrupted run ({diff}); at the resume point {lost} "
-                          "differed")
+                          f"the uninterrupted run ({diff}); at the resume point {lost}")
     return "final weights bitwise equal to the uninterrupted run after kills at 2 points"
 
 

@@ -263,6 +263,7 @@ class ScriptedTrainer(BaseTrainer):
             raise Crash(f"crash as the validation of epoch {epoch} starts")
         self.events.append(f"val {epoch}")
         score = self.score(epoch)
+        self.log("val/score", score)
         improved = self.save_if_best(score)
         stop = self.step_patience(improved)
         self.validations.append(Validation(epoch=epoch, score=score, improved=improved,
@@ -274,6 +275,7 @@ class ScriptedTrainer(BaseTrainer):
         if self.crash_at is not None and self.crash_at[0] == "test":
             raise Crash("crash as the test pass starts")
         self.events.append("test")
+        self.log("test/passes", 1.0)
         if self.best_model is not None:
             self.model.load_state_dict(self.best_model)
         self.test_weights = snapshot(self.model)

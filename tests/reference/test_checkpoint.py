@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any, BinaryIO
 
 import pytest
@@ -226,8 +228,28 @@ def sigterm_at_epoch(epoch: int) -> Any:
     return send
 
 
+class SigtermReachedTheTest(Exception):
+    pass
+
+
+def _sigterm_reached_the_test(signum: int, frame: FrameType | None) -> None:
+    raise SigtermReachedTheTest("SIGTERM was not handled by the trainer")
+
+
+@pytest.fixture
+def sigterm_guard() -> Iterator[Any]:
+    """A SIGTERM handler for the test's duration: a trainer without its own fails the test
+    instead of killing pytest."""
+    previous = signal.signal(signal.SIGTERM, _sigterm_reached_the_test)
+    try:
+        yield _sigterm_reached_the_test
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.mark.clause("CKPT-5", "RES-1", "RES-3", "RES-4")
-def test_sigterm_finishes_the_epoch_writes_last_pt_and_exits_resumably(tmp_path: Path) -> None:
+def test_sigterm_finishes_the_epoch_writes_last_pt_and_exits_resumably(
+        tmp_path: Path, sigterm_guard: Any) -> None:
     cfg = make_config(tmp_path, num_epochs=5, val={"patience": 2}, ckpt={"save_last": False})
     scores = [0.4, 0.5, 0.5, 0.3, 0.2]
     full = ScriptedTrainer(make_config(tmp_path / "full", num_epochs=5, val={"patience": 2}),
@@ -235,13 +257,12 @@ def test_sigterm_finishes_the_epoch_writes_last_pt_and_exits_resumably(tmp_path:
     full.train()
     assert full.trained_epochs == [0, 1, 2, 3]
 
-    handler = signal.getsignal(signal.SIGTERM)
     preempted = ScriptedTrainer(cfg, scores=scores, on_train_epoch=sigterm_at_epoch(1))
     with pytest.raises(SystemExit) as exit_info:
         preempted.train()
     assert exit_info.value.code == PREEMPTED_EXIT_CODE == 143
     assert preempted.events == ["train 0", "val 0", "train 1", "val 1"]  # no test pass
-    assert signal.getsignal(signal.SIGTERM) == handler
+    assert signal.getsignal(signal.SIGTERM) is sigterm_guard  # the trainer's handler is gone
     assert preempted.ckpt_dir is not None
     assert preempted.checkpoint_files() == ["best.pt", "last.pt"]  # though save_last=false
     assert load_checkpoint(preempted.ckpt_dir / "last.pt")["epoch"] == 1

@@ -1,0 +1,218 @@
+"""DIST: several ranks (docs/spec/dist.md), on a real torch.distributed world (gloo on CPU).
+
+Scores are scripted per rank as (total, count) shards: ranks disagree, one rank has nothing to
+count, one reports NaN. The pooled score is what every rank must see and decide on.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, RunBroke, check
+from trainspec.conformance.checks.chains import interrupt_and_resume
+from trainspec.conformance.checks.common import fmt_scores, label, match_decisions, weights_diff
+from trainspec.conformance.scenario import (
+    CrashPoint,
+    RankScores,
+    Scenario,
+    ScoreScript,
+    Task,
+)
+from trainspec.conformance.trace import RankTrace, Trace
+
+__all__: list[str] = []
+
+NAN = math.nan
+# per epoch, (total, count) for ranks 0..3; a world of N uses the first N. Pooled and
+# mean-of-rank-means disagree on which epochs improve, at 2 ranks and at 4.
+SHARDS: tuple[tuple[tuple[float, float], ...], ...] = (
+    ((3.0, 1.0), (1.0, 3.0), (0.0, 0.0), (2.0, 2.0)),
+    ((1.2, 1.0), (4.2, 3.0), (0.0, 0.0), (3.0, 2.0)),
+    ((NAN, 1.0), (1.0, 1.0), (0.0, 0.0), (1.0, 1.0)),  # NaN on rank 0 only
+    ((2.0, 2.0), (1.0, 1.0), (0.0, 0.0), (1.0, 1.0)),
+)
+EMPTY: tuple[tuple[float, float], ...] = ((0.0, 0.0),) * 4  # no rank contributes
+
+
+def _script(rows: tuple[tuple[tuple[float, float], ...], ...], n: int) -> ScoreScript:
+    return ScoreScript(epochs=tuple(tuple(row[r % len(row)] for r in range(n)) for row in rows))
+
+
+def dist_scenario(name: str, n: int, rows: tuple[tuple[tuple[float, float], ...], ...] = SHARDS,
+                  *, task: Task | None = None, **cfg: object) -> Scenario:
+    s = Scenario(name=f"{name}-{n}r", scores=_script(rows, n), world_size=n,
+                 task=task or Task())
+    return s.with_config(**{"num_epochs": len(rows), "val.patience": 2,
+                            "ddp.timeout_s": 20.0, **cfg})
+
+
+def _ended(ctx: CheckContext, s: Scenario) -> Trace:
+    """The trace, raising only when a rank hung (a timeout) or the harness broke."""
+    trace = ctx.run(s)
+    if any(r.status in ("timeout", "lost") for r in trace.ranks):
+        raise RunBroke(trace, s)
+    return trace
+
+
+def _stop_epoch(r: RankTrace) -> int | None:
+    return next((v.epoch for v in r.validations if v.stop), None)
+
+
+@check("DIST-1", requires={"multi_rank"}, multi_rank=True)
+def check_pooled_mean_is_sum_over_counts(ctx: CheckContext) -> str:
+    """Every rank sees sum(totals) / sum(counts); NaN only when no rank counted anything."""
+    n = ctx.world_size
+    s = dist_scenario("dist-pool", n, (SHARDS[0], EMPTY, SHARDS[2]))
+    trace = ctx.completed(s)
+    for r in trace.ranks:
+        for v in r.validations:
+            want = s.scores.pooled(v.epoch, n)
+            if not (v.score == want or (math.isnan(v.score) and math.isnan(want))):
+                shards = s.scores.epochs[v.epoch]
+                raise CheckFailed(
+                    f"DIST-1: after epoch {v.epoch} rank {r.rank} pooled {v.score:.6g} from the "
+                    f"(total, count) shards {list(shards)}; expected sum/sum = {want:.6g}"
+                    + (" (nothing counted: NaN)" if math.isnan(want) else ""))
+    return f"on {n} ranks every rank pooled sum(total)/sum(count), NaN when no rank counted"
+
+
+@check("DIST-2", requires={"multi_rank", "early_stopping"}, multi_rank=True)
+def check_ranks_stop_together(ctx: CheckContext) -> str:
+    """Every rank stops at the same epoch and every rank's run ends."""
+    n = ctx.world_size
+    # a short collective timeout: a rank left training alone errors out quickly
+    s = dist_scenario("dist-stop", n, tuple(((0.5 - 0.1 * e, 1.0),) * n for e in range(5)),
+                      **{"val.patience": 1, "ddp.timeout_s": 8.0})
+    trace = _ended(ctx, s)
+    stops = {r.rank: _stop_epoch(r) for r in trace.ranks}
+    trained = {r.rank: r.epochs_trained for r in trace.ranks}
+    if len(set(stops.values())) > 1 or len({tuple(t) for t in trained.values()}) > 1:
+        broken = [r for r in trace.ranks if r.status != "completed"]
+        ending = f"; rank {broken[0].rank} then {broken[0].status}: {broken[0].error}" \
+            if broken else ""
+        raise CheckFailed(f"DIST-2: the ranks stopped after epochs {stops} and trained "
+                          f"{trained}; expected one verdict at one epoch{ending}",
+                          "\n".join(r.detail for r in broken))
+    if not trace.completed:
+        raise RunBroke(trace, s)
+    match_decisions("DIST-2", s, trace, what="stop")
+    return f"all {n} ranks stopped after epoch {stops[0]} and ended"
+
+
+@check("DIST-3", requires={"multi_rank"}, multi_rank=True)
+def check_ranks_agree_on_best(ctx: CheckContext) -> str:
+    """Every rank agrees on each improvement and the best epoch, and holds the same weights."""
+    n = ctx.world_size
+    s = dist_scenario("dist-best", n)
+    trace = _ended(ctx, s)
+    if not trace.completed:
+        raise RunBroke(trace, s)
+    match_decisions("DIST-3", s, trace, what="improved")
+    r0 = trace.rank0
+    for r in trace.ranks[1:]:
+        diff = weights_diff(r0.best_model, r.best_model)
+        if diff is not None:
+            raise CheckFailed(f"DIST-3: rank {r.rank} holds other best weights than rank 0: "
+                              f"{diff}")
+        if r.tests and r0.tests:
+            diff = weights_diff(r0.tests[0]["weights"], r.tests[0]["weights"])
+            if diff is not None:
+                raise CheckFailed(f"DIST-3: rank {r.rank}'s test pass saw other weights than "
+                                  f"rank 0's: {diff}")
+    best = [label(v.epoch) for v in r0.validations if v.improved]
+    return f"{n} ranks agreed on improvements at {best} and held identical best weights"
+
+
+@check("DIST-4", requires={"multi_rank", "checkpoint"}, multi_rank=True)
+def check_only_rank_zero_writes(ctx: CheckContext) -> str:
+    """Only rank 0 writes files, and each is complete before any rank starts the next epoch."""
+    n = ctx.world_size
+    # rank 0's writes are slowed down: a rank that does not wait sees a stale last.pt
+    s = dist_scenario("dist-files", n, tuple(((0.1 * e, 1.0),) * n for e in range(3)),
+                      task=Task(slow_writes_s=0.3), **{"val.patience": None})
+    trace = ctx.completed(s)
+    for r in trace.ranks[1:]:
+        if r.writes:
+            raise CheckFailed(f"DIST-4: rank {r.rank} wrote {r.writes[0]}; only rank 0 may "
+                              "write checkpoint files")
+    for r in trace.ranks:
+        for e in r.train_epochs[1:]:
+            if e.last_file_epoch != e.epoch - 1:
+                raise CheckFailed(
+                    f"DIST-4: rank {r.rank} started epoch {e.epoch} while last.pt still said "
+                    f"epoch {e.last_file_epoch}: the file of epoch {e.epoch - 1} was not "
+                    "complete (rank 0's writes took 0.3 s). Wait for the write, then barrier.")
+    return f"only rank 0 wrote; with 0.3 s writes no rank of {n} started an epoch early"
+
+
+@check("DIST-6", requires={"multi_rank"}, multi_rank=True)
+def check_ranks_decide_as_one_rank(ctx: CheckContext) -> str:
+    """Decisions on N ranks equal those on 1 rank over the same global data."""
+    n = ctx.world_size
+    for task in (Task(), Task(metric="torchmetrics")):
+        many = dist_scenario(f"dist-vs-one-{task.metric}", n, task=task)
+        one_rows = tuple(((sum(t for t, _ in row[:n]), sum(c for _, c in row[:n])),)
+                         for row in many.scores.epochs)
+        one = Scenario(name=f"dist-one-{task.metric}", scores=ScoreScript(epochs=one_rows),
+                       config=many.config, task=Task())
+        one_trace = ctx.completed(one).rank0
+        many_trace = _ended(ctx, many)
+        want = [(v.epoch, v.improved, v.stop) for v in one_trace.validations]
+        for r in many_trace.ranks:
+            seen = [(v.epoch, v.improved, v.stop) for v in r.validations]
+            if seen != want or r.status != "completed":
+                pooled = [one.scores.pooled(e, 1) for e in range(len(one_rows))]
+                raise CheckFailed(
+                    f"DIST-6: scored through {task.metric}, rank {r.rank} of {n} decided "
+                    f"(epoch, improved, stop) {seen}; one rank over the same data: {want} "
+                    f"(global scores {fmt_scores(pooled)})")
+    return f"{n} ranks decided as 1 rank over the same data, via reduce_mean and torchmetrics"
+
+
+def _rows(n: int, scores: list[float]) -> tuple[RankScores, ...]:
+    return tuple(((v, 1.0),) * n for v in scores)
+
+
+@check("RES-1", "RES-3", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True)
+def check_resume_under_several_ranks(ctx: CheckContext) -> str:
+    """Killed and resumed on N ranks, the run continues at k+1 and decides as uninterrupted."""
+    n = ctx.world_size
+    s = Scenario(name=f"res-dist-{n}r", world_size=n,
+                 scores=ScoreScript(epochs=_rows(n, [0.3, 0.8, 0.5, 0.4, 0.35]))) \
+        .with_config(**{"num_epochs": 5, "val.patience": 3, "ddp.timeout_s": 20.0})
+    whole = ctx.completed(s)
+    want = [(v.epoch, v.improved, v.stop) for v in whole.rank0.validations]
+    pair = interrupt_and_resume(ctx, "RES-3", s, CrashPoint(where="train_start", epoch=3))
+    k = pair.ckpt_epoch
+    for r in pair.resumed.ranks:
+        if r.train_epochs and r.train_epochs[0].epoch != k + 1:
+            raise CheckFailed(f"RES-1: on {n} ranks, resumed from epoch {k}, rank {r.rank} "
+                              f"started at epoch {r.train_epochs[0].epoch}")
+        before = [(v.epoch, v.improved, v.stop) for v in pair.interrupted.ranks[r.rank]
+                  .validations if v.epoch <= k]
+        seen = before + [(v.epoch, v.improved, v.stop) for v in r.validations]
+        if seen != want:
+            raise CheckFailed(f"RES-3: on {n} ranks, killed at the start of epoch 3 and "
+                              f"resumed, rank {r.rank} decided {seen}; uninterrupted: {want}")
+    return f"on {n} ranks: resumed at epoch {k + 1}, same decisions on every rank"
+
+
+@check("DBG-1", "DBG-4", requires={"multi_rank", "debug", "grad_accum"}, multi_rank=True)
+def check_debug_under_several_ranks(ctx: CheckContext) -> str:
+    """Debug on N ranks: one batch per split on every rank, and an optimizer step."""
+    n = ctx.world_size
+    s = Scenario(name=f"dbg-dist-{n}r", world_size=n,
+                 scores=ScoreScript(epochs=_rows(n, [0.5, 0.5]))) \
+        .with_config(**{"num_epochs": 2, "debug": True, "grad_accum_steps": 4,
+                        "ddp.timeout_s": 20.0})
+    trace = ctx.completed(s)
+    for r in trace.ranks:
+        e = r.train_epochs[0] if r.train_epochs else None
+        if e is None or (e.batches, e.loader_len) != (1, 1):
+            raise CheckFailed(f"DBG-1: in debug mode on {n} ranks, rank {r.rank} trained "
+                              f"{None if e is None else e.batches} batches with len() "
+                              f"{None if e is None else e.loader_len}; expected 1 and 1")
+        if not e.optimizer_steps:
+            raise CheckFailed(f"DBG-4: in debug mode on {n} ranks with grad_accum_steps=4, "
+                              f"rank {r.rank} took no optimizer step")
+    return f"debug on {n} ranks: one batch per rank and an optimizer step"
