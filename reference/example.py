@@ -148,7 +148,7 @@ class MLPTrainer(BaseTrainer):
     def test(self) -> None:
         # the best epoch's weights when any validation improved, the final ones otherwise (BEST-4)
         if self.best_model is not None:
-            self.model.load_state_dict(self.best_model)
+            self.unwrapped(self.model).load_state_dict(self.best_model)
         self.test_acc = self.accuracy(self.test_loader)
         self.log("test/acc", self.test_acc)
         self.logger.info(f"test acc {self.test_acc:.4f} "

@@ -154,15 +154,16 @@ class BaseTrainer(ABC):
                 should_stop = self._stopped
                 if cfg.val.first and not self.is_resumed:
                     should_stop = self._validate()
+                    self.logger.push(epoch=self.epoch - 1, step=self.train_step)
                 for epoch in self._epochs():
                     if should_stop:
                         break
                     self.epoch = epoch
                     self.train_epoch()
                     self._completed_epoch = epoch
-                    self._push_epoch_metrics()
                     if self._is_validation_due(epoch):
                         should_stop = self._validate()
+                    self._push_epoch_metrics()  # with the epoch's validation metrics
                     self._write_epoch_checkpoints()
                     # every file of this epoch is complete before any rank trains the next
                     self.barrier()
@@ -172,6 +173,7 @@ class BaseTrainer(ABC):
             if self._should_test():
                 self.test()
             self.log_training_results()
+            self.logger.push(epoch=self.epoch, step=self.train_step)  # test metrics
             is_healthy = True
         finally:
             progress.close()
@@ -267,8 +269,20 @@ class BaseTrainer(ABC):
         return True
 
     def _snapshot_weights(self) -> dict[str, torch.Tensor]:
-        """A host copy of the model's weights: later training never changes it (BEST-2)."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        """A host copy of the model's weights: later training never changes it (BEST-2).
+
+        Keyed like the bare module (no DDP ``module.`` prefix), so it loads into the model on
+        any number of ranks: ``self.unwrapped(self.model).load_state_dict(self.best_model)``.
+        """
+        module = self.unwrapped(self.model)
+        return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+    @staticmethod
+    def unwrapped(module: torch.nn.Module) -> torch.nn.Module:
+        """The module inside a DDP wrapper, or the module itself."""
+        inner = module.module if isinstance(module, DistributedDataParallel) else module
+        assert isinstance(inner, torch.nn.Module)
+        return inner
 
     def step_patience(self, improved: bool) -> bool:
         """Count this validation for early stopping; True once patience is exhausted.

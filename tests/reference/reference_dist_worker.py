@@ -96,11 +96,15 @@ def pooled_worker(rank: int, world_size: int, out_dir: str, port: int) -> None:
                                 world_size=world_size, timeout=timedelta(seconds=30))
         try:
             record.update(_pooled_runs(rank, world_size, out))
+            dist.barrier()  # no collective left in flight when the group is freed
         finally:
             dist.destroy_process_group()
     except BaseException:
         record["error"] = traceback.format_exc()
     _write(out / f"rank{rank}.json", record)
+    # the trainers' DDP reducers still hold the gloo group; freeing it at interpreter exit
+    # can abort the process in torch, after the result is written: end here instead
+    os._exit(0)
 
 
 def _pooled_runs(rank: int, world_size: int, out: Path) -> dict[str, Any]:

@@ -277,7 +277,7 @@ class ScriptedTrainer(BaseTrainer):
         self.events.append("test")
         self.log("test/passes", 1.0)
         if self.best_model is not None:
-            self.model.load_state_dict(self.best_model)
+            self.unwrapped(self.model).load_state_dict(self.best_model)
         self.test_weights = snapshot(self.model)
 
     # ------------------------------------------------------------------ for the tests

@@ -96,15 +96,12 @@ def test_the_test_pass_never_runs_when_disabled() -> None:
     assert eval_only.events == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reference bug: train() pushes an epoch's metrics right after train_epoch, before its "
-    "validation, so val metrics land in the next epoch's record and the final validation's and "
-    "the test pass's metrics are never written"))
 def test_an_epochs_validation_metrics_are_written_with_that_epoch(tmp_path: Path) -> None:
     trainer = ScriptedTrainer(make_config(tmp_path, num_epochs=3), scores=[0.1, 0.2, 0.3])
     trainer.train()
     assert trainer.ckpt_dir is not None
     lines = (trainer.ckpt_dir / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
-    assert {r["epoch"]: r.get("val/score") for r in records} == {0: 0.1, 1: 0.2, 2: 0.3}
+    scores = {r["epoch"]: r["val/score"] for r in records if "val/score" in r}
+    assert scores == {0: 0.1, 1: 0.2, 2: 0.3}
     assert any("test/passes" in r for r in records)
