@@ -15,6 +15,7 @@ import math
 import os
 import random
 import signal
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -302,12 +303,17 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
     return Probe
 
 
-def interrupt(how: str) -> None:
-    """End this process the way the scenario asks: a kill, a SIGTERM, or an exception."""
+def interrupt(how: str, stall_s: float = 0.0) -> None:
+    """Interrupt this process the way the scenario asks: a kill, a SIGTERM, a stall, an error."""
     if how == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif how == "sigterm":
         os.kill(os.getpid(), signal.SIGTERM)
+    elif how == "stall":
+        deadline = time.monotonic() + stall_s
+        while time.monotonic() < deadline:  # alive, answering no collective
+            time.sleep(0.05)
+        raise RuntimeError(f"trainspec: this rank stalled for {stall_s} s on purpose")
     else:
         raise RuntimeError("trainspec: injected crash")
 

@@ -32,8 +32,9 @@ CrashWhere = Literal[
     "train_end",  # leaving train_epoch(epoch): nothing of this epoch saved yet
     "val_start",  # entering the validation after epoch (seed order: after its last.pt write)
     "val_after_save",  # after save_if_best, before step_patience
+    "write",  # inside the first checkpoint write (torch.save) of the epoch, part-way through
 ]
-CrashHow = Literal["sigkill", "sigterm", "raise"]
+CrashHow = Literal["sigkill", "sigterm", "raise", "stall"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +45,8 @@ class CrashPoint:
     epoch: int
     how: CrashHow = "sigkill"
     rank: int = 0  # which rank is interrupted (under several ranks)
+    fraction: float = 0.5  # "write": the share of the file's bytes written before the kill
+    stall_s: float = 0.0  # "stall": how long the rank stops answering, then raises
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

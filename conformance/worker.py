@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import io
 import json
 import os
 import select
@@ -40,6 +41,8 @@ class ChildContext:
         self._rank, self._world_size, self._ckpt_root = rank, world_size, ckpt_root
         self._fd = events_fd
         self._scenario = scenario
+        self.epoch_started: int | None = None
+        self.torn = False
 
     @property
     def rank(self) -> int:
@@ -56,15 +59,26 @@ class ChildContext:
     def emit(self, event: dict[str, Any]) -> None:
         # os.write on an fd opened before the run: no open() call for the audit hook to see,
         # and a line is on disk before the next statement, so a kill loses nothing emitted
-        os.write(self._fd, (json.dumps(event) + "\n").encode())
+        os.write(self._fd, (json.dumps({**event, "t": time.time()}) + "\n").encode())
 
     def crash_point(self, where: Any, epoch: int) -> None:
         from trainspec.conformance.probe import crash_matches, interrupt
 
+        if where == "train_start":
+            self.epoch_started = epoch
         crash = self._scenario.crash
         if crash_matches(self._scenario, where, epoch, self._rank):
             self.emit({"ev": "crash", "where": where, "epoch": epoch, "how": crash.how})
-            interrupt(crash.how)
+            interrupt(crash.how, crash.stall_s)
+
+    def should_tear_write(self) -> float | None:
+        """The share of bytes to write before a kill, when this write is the one to tear."""
+        crash = self._scenario.crash
+        if crash is None or crash.where != "write" or crash.rank != self._rank \
+                or self.epoch_started != crash.epoch or self.torn:
+            return None
+        self.torn = True
+        return float(crash.fraction)
 
 
 def _set_parent_death_signal() -> None:
@@ -110,10 +124,34 @@ def _install_write_watch(ctx: ChildContext, slow_writes_s: float) -> None:
             ctx.emit({"ev": "write", "path": target, "via": "torch.save"})
             if slow_writes_s and ctx.rank == 0:
                 time.sleep(slow_writes_s)
+            fraction = ctx.should_tear_write()
+            if fraction is not None:
+                _tear(original, obj, f, fraction, ctx)
         original(obj, f, *args, **kwargs)
 
     torch.save = watched_save
     torch.serialization.save = watched_save
+
+
+def _tear(save: Any, obj: object, f: Any, fraction: float, ctx: ChildContext) -> None:
+    """Write the first ``fraction`` of the file's bytes where torch.save would, then die.
+
+    This is what a crash mid-write leaves: whatever the trainer's way of writing (in place,
+    or a temporary file renamed afterwards), the bytes reach the file it opened.
+    """
+    buffer = io.BytesIO()
+    save(obj, buffer)
+    data = buffer.getvalue()[: int(len(buffer.getvalue()) * fraction)]
+    if hasattr(f, "write"):
+        f.write(data)
+        f.flush()
+    else:
+        with open(f, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+    ctx.emit({"ev": "crash", "where": "write", "bytes": len(data), "how": "sigkill"})
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _error_is_ours(tb: traceback.StackSummary) -> bool:
@@ -164,7 +202,7 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
         adapter.run(scenario, ctx)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
-        ctx.emit({"ev": "exit", "code": code})
+        ctx.emit({"ev": "exit", "code": code, "message": str(e.code)})
         return code
     except BaseException as e:
         tb = traceback.extract_tb(e.__traceback__)

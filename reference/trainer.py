@@ -77,7 +77,7 @@ class BaseTrainer(ABC):
         self.cfg = self.user_cfg.effective()  # debug derives a config; the user's is untouched
         self.rank, self.world_size = rank, world_size
         seed_everything(self.cfg.seed)
-        self.pg = ProcessGroup.join(rank, world_size, self.cfg.ddp)
+        self.pg = self._join_process_group()
         self.device = self.pg.device
         self.is_distributed = self.pg.is_distributed
         self.logger = RunLogger(rank)
@@ -98,6 +98,10 @@ class BaseTrainer(ABC):
         except BaseException:
             self.pg.close(is_healthy=False)
             raise
+
+    def _join_process_group(self) -> ProcessGroup:
+        """The run's process group, every collective bounded by ``ddp.timeout_s`` (DIST-5)."""
+        return ProcessGroup.join(self.rank, self.world_size, self.cfg.ddp)
 
     def _prepare(self) -> None:
         self.run_id = self.pg.broadcast_text(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, RunBroke
 from trainspec.conformance.scenario import CrashPoint, Scenario
 from trainspec.conformance.trace import FileRecord, Trace
 
-__all__ = ["ResumePair", "interrupt_and_resume", "source_checkpoint", "with_load"]
+__all__ = ["ResumePair", "interrupt_and_resume", "resume_after", "source_checkpoint",
+           "with_load"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,23 +54,28 @@ def interrupt_and_resume(ctx: CheckContext, clause: str, s: Scenario,
         raise CheckFailed(f"{clause}: the run never reached the interruption point "
                           f"({crash.where} of epoch {crash.epoch}); it trained "
                           f"{interrupted.rank0.epochs_trained}")
+    pair = resume_after(ctx, clause, s, interrupted, root,
+                        f"interrupted at {crash.where} of epoch {crash.epoch}")
+    ctx.memo[key] = pair
+    return pair
+
+
+def resume_after(ctx: CheckContext, clause: str, s: Scenario, interrupted: Trace, root: Path,
+                 how: str) -> ResumePair:
+    """Resume ``s`` from the newest last.pt an interrupted run left under ``root``."""
     last = interrupted.newest("last.pt")
     if last is None:
-        raise CheckFailed(f"{clause}: interrupted at {crash.where} of epoch {crash.epoch}, the "
-                          "run left no last.pt to resume from (CKPT-1 asks for one every epoch)")
+        raise CheckFailed(f"{clause}: {how}, the run left no last.pt to resume from (CKPT-1 "
+                          "asks for one every epoch)")
     if last.error:
-        raise CheckFailed(f"{clause}: the last.pt left by the interrupted run does not load "
-                          f"with weights_only=True: {last.error}")
-    path = str(root / last.relpath)
-    second = with_load(s, path, resume=True,
-                       name=f"{s.name}-resumed-{crash.where}-{crash.epoch}")
+        raise CheckFailed(f"{clause}: {how}, the last.pt left does not load with "
+                          f"weights_only=True: {last.error}")
+    second = with_load(s, str(root / last.relpath), resume=True, name=f"{s.name}-resumed")
     resumed = ctx.harness.run(second, adapter=ctx.adapter, ckpt_root=root)
     if not resumed.completed:
         raise RunBroke(resumed, second)
-    pair = ResumePair(interrupted=interrupted, checkpoint=last, resumed=resumed,
+    return ResumePair(interrupted=interrupted, checkpoint=last, resumed=resumed,
                       resumed_scenario=second)
-    ctx.memo[key] = pair
-    return pair
 
 
 def source_checkpoint(ctx: CheckContext, clause: str, s: Scenario) -> tuple[Trace, str]:
@@ -87,3 +94,11 @@ def source_checkpoint(ctx: CheckContext, clause: str, s: Scenario) -> tuple[Trac
                           f"({'missing' if last is None else last.error})")
     ctx.memo[key] = (trace, str(root / last.relpath))
     return trace, str(root / last.relpath)
+
+
+def combined_decisions(pair: ResumePair, rank: int = 0) -> list[tuple[int, bool, bool]]:
+    """(epoch, improved, stop) of the validations up to the checkpoint, then of the resume."""
+    k = pair.ckpt_epoch
+    before = [(v.epoch, v.improved, v.stop) for v in pair.interrupted.ranks[rank].validations
+              if v.epoch <= k]
+    return before + [(v.epoch, v.improved, v.stop) for v in pair.resumed.ranks[rank].validations]

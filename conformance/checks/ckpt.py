@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
-from trainspec.conformance.checks.chains import source_checkpoint, with_load
+import torch
+
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
+from trainspec.conformance.checks.chains import (
+    combined_decisions,
+    resume_after,
+    source_checkpoint,
+    with_load,
+)
 from trainspec.conformance.checks.common import make_scenario
+from trainspec.conformance.scenario import CrashPoint
 from trainspec.conformance.trace import FileRecord, RankTrace
 
 __all__: list[str] = []
@@ -100,3 +110,98 @@ def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
         raise CheckFailed(f"CKPT-4: a truncated checkpoint raised without naming the file: "
                           f"{r.error}")
     return "missing path: error names it; truncated file: error names it"
+
+
+STANDARD = re.compile(r"^(last|best|epoch_\d+)\.pt$")
+
+
+@check("CKPT-2", requires={"checkpoint"})
+def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
+    """SIGKILL part-way through a checkpoint write leaves a loadable file at that path."""
+    s = make_scenario("ckpt-torn", [0.9, 0.1, 0.1, 0.1])  # epochs 1-3 only write last.pt
+    for fraction in (0.0, 0.5, 1.0):
+        crash = CrashPoint(where="write", epoch=2, fraction=fraction)
+        trace = ctx.run(s.replace(name=f"ckpt-torn-{fraction}", crash=crash))
+        r = trace.rank0
+        torn = [e for e in r.events if e.get("ev") == "crash"]
+        if not torn:
+            raise NotApplicable("the trainer wrote no checkpoint through torch.save in epoch 2, "
+                                "so no write could be interrupted")
+        written = f"killed after writing {fraction:.0%} of its first checkpoint of epoch 2 " \
+            f"({torn[0].get('bytes')} bytes)"
+        for f in trace.files:
+            if STANDARD.match(f.name) and f.error:
+                raise CheckFailed(f"CKPT-2: {written}, {f.name} no longer loads ({f.error}): "
+                                  "write to a temporary file in the same folder, fsync, then "
+                                  "os.replace it over the old one")
+        last = trace.newest("last.pt")
+        if last is None or last.epoch not in (1, 2):
+            raise CheckFailed(f"CKPT-2: {written}, last.pt says epoch "
+                              f"{None if last is None else last.epoch}; expected epoch 1 (the "
+                              "previous file) or 2 (the new one, complete)")
+    return "killed at 0%, 50% and 100% of a last.pt write: every checkpoint name still loads"
+
+
+class _RunsCode:
+    """Unpickling this object calls os.mkdir: a stand-in for any code a pickle can run."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.mkdir, (self.marker,))
+
+
+@check("CKPT-3", requires={"checkpoint"})
+def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
+    """A checkpoint crafted to run code when unpickled never runs it, resume or finetune."""
+    root = ctx.harness.new_ckpt_root("ckpt-malicious")
+    marker = root / "code-ran"
+    evil = root / "malicious.pt"
+    # pickling is safe; only unpickling runs __reduce__'s call, and this process never does
+    torch.save({"epoch": 0, "train_step": 1, "model_state_dict": {},
+                "payload": _RunsCode(str(marker))}, evil)
+    for resume in (True, False):
+        s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2]), str(evil), resume=resume,
+                      name=f"ckpt-malicious-{resume}")
+        ctx.run(s)
+        if marker.exists():
+            raise CheckFailed(f"CKPT-3: loading {evil.name} ({'resume' if resume else 'finetune'}"
+                              ") executed code embedded in it (it created a marker folder): "
+                              "load with torch.load(weights_only=True)")
+    return "a checkpoint whose unpickling calls os.mkdir was loaded for resume and finetune: " \
+        "the code never ran"
+
+
+@check("CKPT-5", requires={"checkpoint", "sigterm", "resume"})
+def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
+    """SIGTERM mid-epoch: a checkpoint is written, the process exits, and resuming decides
+    as the run that was never interrupted."""
+    s = make_scenario("ckpt-sigterm", [0.3, 0.8, 0.5, 0.4, 0.35], cfg={"val.patience": 3})
+    whole = ctx.completed(s).rank0
+    root = ctx.harness.new_ckpt_root("ckpt-sigterm")
+    crash = CrashPoint(where="train_end", epoch=1, how="sigterm")
+    interrupted = ctx.harness.run(s.replace(name="ckpt-sigterm-term", crash=crash),
+                                  adapter=ctx.adapter, ckpt_root=root)
+    r = interrupted.rank0
+    if r.status == "completed" and r.epochs_trained == whole.epochs_trained:
+        raise CheckFailed("CKPT-5: after SIGTERM during epoch 1 the run went on to the end; "
+                          "expected it to checkpoint and exit")
+    kinds = [e.get("ev") for e in r.events]
+    signalled = kinds.index("crash") if "crash" in kinds else len(kinds)
+    writes = [e for e in r.events[signalled:] if e.get("ev") == "write"]
+    if not writes:
+        last = interrupted.newest("last.pt")
+        raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process ended "
+                          f"({r.status}: {r.error}) without writing a checkpoint; last.pt says "
+                          f"epoch {None if last is None else last.epoch}. Handle SIGTERM: "
+                          "finish or cut the epoch, save, exit.")
+    pair = resume_after(ctx, "CKPT-5", s, interrupted, root, "after SIGTERM during epoch 1")
+    want = [(v.epoch, v.improved, v.stop) for v in whole.validations]
+    seen = combined_decisions(pair)
+    if seen != want or pair.resumed.rank0.epochs_trained[:1] != [pair.ckpt_epoch + 1]:
+        raise CheckFailed(f"CKPT-5: resumed from the checkpoint written on SIGTERM (epoch "
+                          f"{pair.ckpt_epoch}), the run decided {seen} and trained "
+                          f"{pair.resumed.rank0.epochs_trained}; uninterrupted: {want}")
+    return f"SIGTERM in epoch 1: checkpoint of epoch {pair.ckpt_epoch} written, process ended " \
+        f"({r.status}), resume decided as the uninterrupted run"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, RunBroke, check
-from trainspec.conformance.checks.chains import interrupt_and_resume
+from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
 from trainspec.conformance.checks.common import fmt_scores, label, match_decisions, weights_diff
 from trainspec.conformance.scenario import (
     CrashPoint,
@@ -188,9 +188,7 @@ def check_resume_under_several_ranks(ctx: CheckContext) -> str:
         if r.train_epochs and r.train_epochs[0].epoch != k + 1:
             raise CheckFailed(f"RES-1: on {n} ranks, resumed from epoch {k}, rank {r.rank} "
                               f"started at epoch {r.train_epochs[0].epoch}")
-        before = [(v.epoch, v.improved, v.stop) for v in pair.interrupted.ranks[r.rank]
-                  .validations if v.epoch <= k]
-        seen = before + [(v.epoch, v.improved, v.stop) for v in r.validations]
+        seen = combined_decisions(pair, r.rank)
         if seen != want:
             raise CheckFailed(f"RES-3: on {n} ranks, killed at the start of epoch 3 and "
                               f"resumed, rank {r.rank} decided {seen}; uninterrupted: {want}")
@@ -216,3 +214,37 @@ def check_debug_under_several_ranks(ctx: CheckContext) -> str:
             raise CheckFailed(f"DBG-4: in debug mode on {n} ranks with grad_accum_steps=4, "
                               f"rank {r.rank} took no optimizer step")
     return f"debug on {n} ranks: one batch per rank and an optimizer step"
+
+
+@check("DIST-5", requires={"multi_rank"}, multi_rank=True)
+def check_a_lost_rank_fails_every_rank_in_time(ctx: CheckContext) -> str:
+    """A rank that dies or stalls surfaces as an error on every other rank within the bound."""
+    n = ctx.world_size
+    timeout_s = 1.5
+    # the last rank dies, or stops answering for longer than the bound plus a grace
+    for how, stall_s in (("sigkill", 0.0), ("stall", 3 * timeout_s)):
+        crash = CrashPoint(where="train_start", epoch=1, how=how, rank=n - 1, stall_s=stall_s)
+        s = dist_scenario(f"dist-lost-{how}", n, tuple(((0.5, 1.0),) * n for _ in range(3)),
+                          **{"ddp.timeout_s": timeout_s, "val.patience": None}) \
+            .replace(crash=crash)
+        trace = ctx.harness.run(s, adapter=ctx.adapter, timeout_s=stall_s + 15.0)
+        lost = trace.ranks[n - 1]
+        began = next((e["t"] for e in lost.events if e.get("ev") == "crash"), None)
+        if began is None:
+            raise CheckFailed(f"DIST-5: rank {n - 1} never reached epoch 1, so it could not be "
+                              f"lost there ({lost.status}: {lost.error})")
+        for r in trace.ranks[: n - 1]:
+            ended = next((e["t"] for e in r.events if e.get("ev") in ("error", "exit")), None)
+            if r.status == "completed" or ended is None:
+                raise CheckFailed(
+                    f"DIST-5: rank {n - 1} {'died' if how == 'sigkill' else 'stalled'} at "
+                    f"epoch 1 and rank {r.rank} {r.status} without an error "
+                    f"(ddp.timeout_s={timeout_s})", r.detail)
+            if ended - began > timeout_s + 2.0:
+                raise CheckFailed(
+                    f"DIST-5: rank {n - 1} {'died' if how == 'sigkill' else 'stalled'} at "
+                    f"epoch 1 and rank {r.rank} errored only {ended - began:.1f} s later; "
+                    f"ddp.timeout_s={timeout_s} bounds every collective. Pass the timeout to "
+                    "init_process_group.")
+    return f"a dead and a stalled rank each failed the other {n - 1} rank(s) within " \
+        f"ddp.timeout_s={timeout_s} s"

@@ -9,7 +9,12 @@ the best weights and ``best.pt``, then the final weights.
 from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
-from trainspec.conformance.checks.chains import ResumePair, interrupt_and_resume, with_load
+from trainspec.conformance.checks.chains import (
+    ResumePair,
+    combined_decisions,
+    interrupt_and_resume,
+    with_load,
+)
 from trainspec.conformance.checks.common import make_scenario, weights_diff
 from trainspec.conformance.scenario import CrashPoint, Scenario, Task
 from trainspec.conformance.trace import RankTrace, TrainEpoch, first_difference
@@ -108,10 +113,7 @@ def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
     want_best = whole.newest("best.pt")
     for crash, pair in _pairs(ctx, "RES-3"):
         k = pair.ckpt_epoch
-        before = [(v.epoch, v.improved, v.stop) for v in pair.interrupted.rank0.validations
-                  if v.epoch <= k]
-        after = [(v.epoch, v.improved, v.stop) for v in pair.resumed.rank0.validations]
-        seen = before + after
+        seen = combined_decisions(pair)
         if seen != want:
             raise CheckFailed(
                 f"RES-3: {_at(crash)} and resumed from epoch {k}, the run validated "

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
+import torch
+
 from trainspec.errors import CheckpointError
-from trainspec.reference import BaseTrainer
+from trainspec.reference import BaseTrainer, find_checkpoint
 
 
 class EpochCheckpointsOffByOne(BaseTrainer):
@@ -60,3 +67,52 @@ class VagueCheckpointErrors(BaseTrainer):
             return super()._load_checkpoint()
         except CheckpointError:
             raise RuntimeError("could not load the checkpoint") from None
+
+
+class WritesCheckpointsInPlace(BaseTrainer):
+    """torch.save straight over the old file: a crash mid-write leaves it torn."""
+
+    def _write_file(self, path: Path, state: dict[str, Any]) -> None:
+        torch.save(state, path)
+
+
+class UnsafeCheckpointLoad(BaseTrainer):
+    """Loads checkpoints with a full unpickler (weights_only=False), as the seed did."""
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        load_from = self.cfg.ckpt.load_from
+        if load_from is None:
+            return None
+        self.ckpt_path = find_checkpoint(load_from, self.cfg.ckpt.dir)
+        ckpt = torch.load(self.ckpt_path, map_location="cpu", weights_only=False)
+        self.is_resumed = self._is_resume()
+        if self.is_resumed:
+            self.epoch, self.train_step = int(ckpt["epoch"]) + 1, int(ckpt["train_step"])
+            self._completed_epoch = int(ckpt["epoch"])
+        return dict(ckpt)
+
+
+class IgnoresSigterm(BaseTrainer):
+    """Installs no SIGTERM handler: a preemption kills the run wherever it is."""
+
+    @contextlib.contextmanager
+    def _sigterm_flag(self) -> Iterator[None]:
+        self._sigterm_received = False
+        yield
+
+
+class SigtermWithoutCheckpoint(BaseTrainer):
+    """Exits at once on SIGTERM, saving nothing."""
+
+    @contextlib.contextmanager
+    def _sigterm_flag(self) -> Iterator[None]:
+        self._sigterm_received = False
+
+        def leave(signum: int, frame: FrameType | None) -> None:
+            raise SystemExit(143)
+
+        previous = signal.signal(signal.SIGTERM, leave)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)

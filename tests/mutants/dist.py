@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Mapping
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspec.reference import BaseTrainer, save_checkpoint
+from trainspec.reference.distributed import ProcessGroup
 
 
 class MeanOfRankMeans(BaseTrainer):
@@ -60,3 +62,11 @@ class WritesCheckpointsInBackground(BaseTrainer):
 
     def _write_file(self, path: Path, state: dict[str, Any]) -> None:
         threading.Thread(target=save_checkpoint, args=(path, state), daemon=True).start()
+
+
+class NoProcessGroupTimeout(BaseTrainer):
+    """Ignores ddp.timeout_s: the group keeps torch's 30-minute default."""
+
+    def _join_process_group(self) -> ProcessGroup:
+        return ProcessGroup.join(self.rank, self.world_size,
+                                 dataclasses.replace(self.cfg.ddp, timeout_s=1800.0))

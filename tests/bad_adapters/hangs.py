@@ -1,0 +1,22 @@
+"""An adapter whose ``run`` never returns."""
+
+from __future__ import annotations
+
+import time
+
+from tests.bad_adapters.common import ShellAdapter
+from trainspec.conformance.adapter import RunContext
+from trainspec.conformance.scenario import Scenario
+
+
+def wait_for_a_trainer_that_never_comes() -> None:
+    """The frame a timeout's stack dump must show."""
+    while True:
+        time.sleep(0.05)
+
+
+class HangsInRun(ShellAdapter):
+    name = "hangs in run"
+
+    def run(self, scenario: Scenario, ctx: RunContext) -> None:
+        wait_for_a_trainer_that_never_comes()

@@ -1,0 +1,28 @@
+"""An adapter that prints megabytes to stdout and stderr, then trains the reference properly."""
+
+from __future__ import annotations
+
+import sys
+
+from trainspec.adapters.base_trainer import BaseTrainerAdapter
+from trainspec.conformance.adapter import RunContext
+from trainspec.conformance.scenario import Scenario
+
+MEGABYTES = 10  # on each of stdout and stderr
+MARKER = "LOUD-ADAPTER-NOISE "
+_LINE = (MARKER * 8)[:127] + "\n"
+
+
+class LoudRun(BaseTrainerAdapter):
+    """The reference trainer, drowned in output: 20 MB per run."""
+
+    @property
+    def name(self) -> str:
+        return "loud reference"
+
+    def run(self, scenario: Scenario, ctx: RunContext) -> None:
+        chunk = _LINE * 8192  # 1 MiB
+        for _ in range(MEGABYTES):
+            sys.stdout.write(chunk)
+            sys.stderr.write(chunk)
+        super().run(scenario, ctx)
