@@ -139,7 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out_dir", nargs="?", type=Path, default=Path("docs/spec"),
                         help="folder to write into (default: docs/spec)")
     args = parser.parse_args(argv)
-    for path in write_spec_pages(args.out_dir):
+    from trainspec.conformance.checks import checks_by_clause
+
+    for path in write_spec_pages(args.out_dir, checks=checks_by_clause()):
         print(path)
     return 0
 
