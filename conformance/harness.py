@@ -134,10 +134,11 @@ class _Worker:
 class World:
     """``size`` workers, one per rank, reused across runs."""
 
-    def __init__(self, size: int, root: Path) -> None:
-        self.size, self.root = size, root
+    def __init__(self, size: int, root: Path, *, fresh: bool = False) -> None:
+        self.size, self.root, self.fresh = size, root, fresh
         self.workers: list[_Worker] = []
         self._jobs = itertools.count()
+        self._runs = 0
         self._start()
 
     def _start(self) -> None:
@@ -166,6 +167,9 @@ class World:
         if scenario.world_size != self.size:
             raise HarnessError(f"scenario {scenario.name!r} needs {scenario.world_size} ranks, "
                                f"this world has {self.size}")
+        if self.fresh and self._runs:
+            self.restart()  # fresh-process mode: nothing of an earlier run can leak into this one
+        self._runs += 1
         job_dir = self.root / f"job{next(self._jobs)}-{scenario.name}"[:120]
         job_dir.mkdir(parents=True)
         ckpt_root.mkdir(parents=True, exist_ok=True)
@@ -293,16 +297,18 @@ def collect_files(root: Path) -> tuple[FileRecord, ...]:
 class Harness:
     """The worlds a check session uses, a scratch folder, and the bound on every run."""
 
-    def __init__(self, adapter: AdapterSpec, *, timeout_s: float = 60.0) -> None:
+    def __init__(self, adapter: AdapterSpec, *, timeout_s: float = 60.0,
+                 fresh: bool = False) -> None:
         self.adapter = adapter
         self.timeout_s = timeout_s
+        self.fresh = fresh  # new worker processes for every run: isolation over speed
         self.root = Path(tempfile.mkdtemp(prefix="trainspec-"))
         self.worlds: dict[int, World] = {}
         self._dirs = itertools.count()
 
     def world(self, size: int) -> World:
         if size not in self.worlds:
-            self.worlds[size] = World(size, self.root)
+            self.worlds[size] = World(size, self.root, fresh=self.fresh)
         return self.worlds[size]
 
     def new_ckpt_root(self, label: str) -> Path:

@@ -83,7 +83,8 @@ def source_checkpoint(ctx: CheckContext, clause: str, s: Scenario) -> tuple[Trac
     key = "source:" + json.dumps(s.to_json(), sort_keys=True)
     cached = ctx.memo.get(key)
     if isinstance(cached, tuple):
-        return cached  # type: ignore[return-value]
+        trace, path = cached
+        return trace, path
     root = ctx.harness.new_ckpt_root(f"{s.name}-source")
     trace = ctx.harness.run(s, adapter=ctx.adapter, ckpt_root=root)
     if not trace.completed:

@@ -7,11 +7,13 @@ count, one reports NaN. The pooled score is what every rank must see and decide 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, RunBroke, check
 from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
 from trainspec.conformance.checks.common import fmt_scores, label, match_decisions, weights_diff
 from trainspec.conformance.scenario import (
+    CrashHow,
     CrashPoint,
     RankScores,
     Scenario,
@@ -39,11 +41,12 @@ def _script(rows: tuple[tuple[tuple[float, float], ...], ...], n: int) -> ScoreS
 
 
 def dist_scenario(name: str, n: int, rows: tuple[tuple[tuple[float, float], ...], ...] = SHARDS,
-                  *, task: Task | None = None, **cfg: object) -> Scenario:
+                  *, task: Task | None = None, cfg: Mapping[str, object] | None = None
+                  ) -> Scenario:
     s = Scenario(name=f"{name}-{n}r", scores=_script(rows, n), world_size=n,
                  task=task or Task())
     return s.with_config(**{"num_epochs": len(rows), "val.patience": 2,
-                            "ddp.timeout_s": 20.0, **cfg})
+                            "ddp.timeout_s": 20.0, **(cfg or {})})
 
 
 def _ended(ctx: CheckContext, s: Scenario) -> Trace:
@@ -82,7 +85,7 @@ def check_ranks_stop_together(ctx: CheckContext) -> str:
     n = ctx.world_size
     # a short collective timeout: a rank left training alone errors out quickly
     s = dist_scenario("dist-stop", n, tuple(((0.5 - 0.1 * e, 1.0),) * n for e in range(5)),
-                      **{"val.patience": 1, "ddp.timeout_s": 8.0})
+                      cfg={"val.patience": 1, "ddp.timeout_s": 8.0})
     trace = _ended(ctx, s)
     stops = {r.rank: _stop_epoch(r) for r in trace.ranks}
     trained = {r.rank: r.epochs_trained for r in trace.ranks}
@@ -129,7 +132,7 @@ def check_only_rank_zero_writes(ctx: CheckContext) -> str:
     n = ctx.world_size
     # rank 0's writes are slowed down: a rank that does not wait sees a stale last.pt
     s = dist_scenario("dist-files", n, tuple(((0.1 * e, 1.0),) * n for e in range(3)),
-                      task=Task(slow_writes_s=0.3), **{"val.patience": None})
+                      task=Task(slow_writes_s=0.3), cfg={"val.patience": None})
     trace = ctx.completed(s)
     for r in trace.ranks[1:]:
         if r.writes:
@@ -222,10 +225,11 @@ def check_a_lost_rank_fails_every_rank_in_time(ctx: CheckContext) -> str:
     n = ctx.world_size
     timeout_s = 1.5
     # the last rank dies, or stops answering for longer than the bound plus a grace
-    for how, stall_s in (("sigkill", 0.0), ("stall", 3 * timeout_s)):
+    ways: tuple[tuple[CrashHow, float], ...] = (("sigkill", 0.0), ("stall", 3 * timeout_s))
+    for how, stall_s in ways:
         crash = CrashPoint(where="train_start", epoch=1, how=how, rank=n - 1, stall_s=stall_s)
         s = dist_scenario(f"dist-lost-{how}", n, tuple(((0.5, 1.0),) * n for _ in range(3)),
-                          **{"ddp.timeout_s": timeout_s, "val.patience": None}) \
+                          cfg={"ddp.timeout_s": timeout_s, "val.patience": None}) \
             .replace(crash=crash)
         trace = ctx.harness.run(s, adapter=ctx.adapter, timeout_s=stall_s + 15.0)
         lost = trace.ranks[n - 1]
