@@ -298,10 +298,12 @@ class Harness:
     """The worlds a check session uses, a scratch folder, and the bound on every run."""
 
     def __init__(self, adapter: AdapterSpec, *, timeout_s: float = 60.0,
-                 fresh: bool = False) -> None:
+                 fresh: bool = False, backend: str | None = None) -> None:
         self.adapter = adapter
         self.timeout_s = timeout_s
         self.fresh = fresh  # new worker processes for every run: isolation over speed
+        # gloo or nccl for multi-rank runs; unset: the trainer picks (nccl with enough GPUs)
+        self.backend = backend if backend is not None else os.environ.get("TRAINSPEC_BACKEND")
         self.root = Path(tempfile.mkdtemp(prefix="trainspec-"))
         self.worlds: dict[int, World] = {}
         self._dirs = itertools.count()
@@ -323,6 +325,8 @@ class Harness:
             ckpt_root: Path | None = None, timeout_s: float | None = None) -> Trace:
         root = ckpt_root if ckpt_root is not None else self.new_ckpt_root(scenario.name)
         preload = ("torchmetrics",) if scenario.task.metric == "torchmetrics" else ()
+        if self.backend and scenario.world_size > 1:
+            scenario = scenario.with_config(**{"ddp.backend": self.backend})
         return self.world(scenario.world_size).run(
             scenario, adapter=adapter or self.adapter, ckpt_root=root,
             timeout_s=timeout_s or self.timeout_s, preload=preload)

@@ -206,6 +206,11 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
                 state["scheduler"] = self.scheduler.state_dict()
             return state
 
+        def _best_snapshot(self) -> dict[str, Any] | None:
+            if self.rank != 0:
+                return None
+            return snapshot_file(newest_file(ctx.ckpt_root, "best.pt"))
+
         def _visible_last_epoch(self) -> int | None:
             snap = snapshot_file(newest_file(ctx.ckpt_root, "last.pt"))
             return None if snap is None else snap.get("epoch")
@@ -216,7 +221,8 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
             self._trained_this_run = True
             ctx.emit({"ev": "train_start", "epoch": epoch, "train_step": int(self.train_step),
                       "state": encode(self._state()),
-                      "last_file_epoch": self._visible_last_epoch()})
+                      "last_file_epoch": self._visible_last_epoch(),
+                      "best_file": self._best_snapshot()})
             if self._sampler is not None:
                 self._sampler.set_epoch(epoch)
             accum = int(_cfg(self.cfg, "grad_accum_steps", 1))
@@ -259,8 +265,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
             score = self._pool(total, count)
             weights = _plain_weights(self.model.state_dict())
             improved = bool(self.save_if_best(score))
-            best = snapshot_file(newest_file(ctx.ckpt_root, "best.pt")) if self.rank == 0 \
-                else None
+            best = self._best_snapshot()
             if phase == "epoch":
                 ctx.crash_point("val_after_save", epoch)
             stop = bool(self.step_patience(improved))
@@ -296,6 +301,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
         def probe_end(self) -> dict[str, Any]:
             best = self.best_model
             return {"ev": "end", "epoch": int(self.epoch), "train_step": int(self.train_step),
+                    "best_file": self._best_snapshot(),
                     "final_weights": encode(self._final),
                     "best_model": None if best is None else encode(_plain_weights(best))}
 

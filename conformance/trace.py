@@ -113,6 +113,7 @@ class TrainEpoch:
     loader_len: int | None
     state: dict[str, Any]  # at the epoch's start: weights, optimizer, scheduler, rng digests
     last_file_epoch: int | None  # epoch field of last.pt as visible at the start, if any
+    best_file: BestFile | None  # the newest best.pt as visible at the start (rank 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,22 +239,30 @@ def _epoch(start: dict[str, Any], end: dict[str, Any] | None) -> TrainEpoch:
         loader_len=None if end is None else int(end["loader_len"]),
         state=decode(start.get("state", {})),
         last_file_epoch=last if isinstance(last, int) else None,
+        best_file=_best_file(start.get("best_file")),
     )
 
 
 def _validation(ev: dict[str, Any]) -> Validation:
-    best = ev.get("best_file")
-    best_file = None
-    if isinstance(best, dict):
-        best_file = BestFile(path=str(best["path"]), mtime_ns=int(best["mtime_ns"]),
-                             size=int(best["size"]), epoch=best.get("epoch"),
-                             step=best.get("step"), weights=decode(best.get("weights")),
-                             error=best.get("error"))
+    best_file = _best_file(ev.get("best_file"))
     score = ev.get("score")
     return Validation(epoch=int(ev["epoch"]), phase=ev["phase"],
                       score=math.nan if score is None else float(score),
                       improved=bool(ev["improved"]), stop=bool(ev["stop"]),
                       weights=decode(ev.get("weights", {})), best_file=best_file)
+
+
+def _best_file(best: object) -> BestFile | None:
+    if not isinstance(best, dict):
+        return None
+    return BestFile(path=str(best["path"]), mtime_ns=int(best["mtime_ns"]),
+                    size=int(best["size"]), epoch=best.get("epoch"), step=best.get("step"),
+                    weights=decode(best.get("weights")), error=best.get("error"))
+
+
+def end_best_file(end: dict[str, Any] | None) -> BestFile | None:
+    """The newest best.pt as the run ended (rank 0)."""
+    return None if end is None else _best_file(end.get("best_file"))
 
 
 def first_difference(expected: Mapping[str, Any], observed: Mapping[str, Any],

@@ -9,6 +9,7 @@ from trainspec.conformance.checks.common import (
     match_decisions,
     weights_diff,
 )
+from trainspec.conformance.trace import BestFile, end_best_file
 
 __all__: list[str] = []
 
@@ -44,45 +45,49 @@ def check_best_weights_are_a_copy(ctx: CheckContext) -> str:
     return "best_model at the end equals the epoch-0 weights, 3 epochs of training later"
 
 
+def _identity(f: BestFile | None) -> tuple[int, int, int | None] | None:
+    return None if f is None else (f.mtime_ns, f.size, f.epoch)
+
+
 @check("BEST-3", requires={"checkpoint"})
 def check_best_file_follows_improvements(ctx: CheckContext) -> str:
     """best.pt is written on each improvement and only then, with that epoch's weights."""
     s = make_scenario("best-file", [0.3, 0.5, 0.4, 0.6, 0.6])
     r = ctx.completed(s).rank0
-    previous = None
+    starts = {e.epoch: e.best_file for e in r.train_epochs}
     writes = 0
+    # best.pt as it stood when epoch e began, and when the next began (or the run ended): a
+    # trainer may write it during validation or later in the same epoch
     for v in r.validations:
-        f = v.best_file
+        if v.phase != "epoch":
+            continue
+        before = starts.get(v.epoch)
+        after = starts[v.epoch + 1] if v.epoch + 1 in starts else end_best_file(r.end)
+        changed = _identity(after) != _identity(before)
         if v.improved:
-            if f is None:
-                raise CheckFailed(f"BEST-3: epoch {v.epoch} improved but no best.pt exists")
-            if f.error:
-                raise CheckFailed(f"BEST-3: best.pt after epoch {v.epoch} does not load: "
-                                  f"{f.error}")
-            if previous is not None and (f.mtime_ns, f.size, f.epoch) == previous:
+            if after is None or after.error:
+                raise CheckFailed(f"BEST-3: epoch {v.epoch} improved but best.pt "
+                                  f"{'is missing' if after is None else 'does not load: '}"
+                                  f"{'' if after is None else after.error}")
+            if not changed:
                 raise CheckFailed(f"BEST-3: epoch {v.epoch} improved but best.pt was not "
                                   "rewritten")
-            if f.epoch != v.epoch:
+            if after.epoch != v.epoch:
                 raise CheckFailed(f"BEST-3: best.pt written for the improvement at epoch "
-                                  f"{v.epoch} says epoch {f.epoch}")
+                                  f"{v.epoch} says epoch {after.epoch}")
             step = next((e.end_step for e in r.train_epochs if e.epoch == v.epoch), None)
-            if f.step != step:
+            if after.step != step:
                 raise CheckFailed(f"BEST-3: best.pt for epoch {v.epoch} says train_step "
-                                  f"{f.step}, expected {step}")
-            diff = weights_diff(v.weights, f.weights)
+                                  f"{after.step}, expected {step}")
+            diff = weights_diff(v.weights, after.weights)
             if diff is not None:
                 raise CheckFailed(f"BEST-3: best.pt for epoch {v.epoch} holds other weights "
                                   f"than the ones validated: {diff}")
             writes += 1
-        elif f is not None and previous is not None and (f.mtime_ns, f.size, f.epoch) \
-                != previous:
+        elif changed:
             raise CheckFailed(f"BEST-3: epoch {v.epoch} did not improve but best.pt was "
-                              f"rewritten (now epoch {f.epoch})")
-        elif f is not None and previous is None:
-            raise CheckFailed(f"BEST-3: best.pt exists before any improvement (after epoch "
-                              f"{v.epoch})")
-        if f is not None:
-            previous = (f.mtime_ns, f.size, f.epoch)
+                              f"{'written' if before is None else 'rewritten'} (now epoch "
+                              f"{None if after is None else after.epoch})")
     return f"best.pt rewritten at each of {writes} improvements only, with epoch, step, weights"
 
 
