@@ -8,16 +8,19 @@ torch when they start, not before.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import inspect
 import json
 import os
+import signal
 import sys
 import textwrap
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from trainspec.conformance import clauses as registry
@@ -48,8 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     command: Callable[[argparse.Namespace], int] = args.func
     try:
-        return command(args)
+        with _first_interrupt_only():
+            return command(args)
     except KeyboardInterrupt:
+        # the harness has closed on the way out: workers killed, scratch folder removed
         print("trainspec: interrupted; worker processes were stopped", file=sys.stderr)
         return 130
     except (UsageError, ConfigError, AdapterError) as e:
@@ -64,6 +69,29 @@ def main(argv: list[str] | None = None) -> int:
               "bug in trainspec or in the adapter; please report it with the traceback and "
               "the command line.", file=sys.stderr)
         return 3
+
+
+@contextlib.contextmanager
+def _first_interrupt_only() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt once; later ones are ignored until the command returns.
+
+    The interrupt unwinds through the harness, which kills its workers (they ignore SIGINT)
+    and removes its scratch folder: a second Ctrl-C must not cut that cleanup short and leave
+    worker processes or a ``trainspec-*`` folder behind.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # ----------------------------------------------------------------------------------- parser
@@ -244,7 +272,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
     from trainspec.conformance import api, report
-    from trainspec.conformance.runner import BUILTIN_TARGETS
+    from trainspec.conformance.targets import BUILTIN_TARGETS
 
     registry.select(args.clauses)
     reports: dict[str, Report] = {}

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from trainspec.conformance.checks import CheckContext
     from trainspec.conformance.harness import Harness
     from trainspec.conformance.model import CheckResult
-    from trainspec.conformance.runner import Target
+    from trainspec.conformance.targets import Target
 
 __all__ = [
     "ClauseViolated",
@@ -58,8 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Settings:
-    target: str | None
-    base_trainer: str | None
+    target: Target
     selected: tuple[str, ...]
     deviations: dict[str, str]
     world_size: int
@@ -89,22 +88,13 @@ class _Session:
         return self.context
 
     def _open(self) -> CheckContext:
-        from trainspec.conformance.adapter import CAPABILITIES
-        from trainspec.conformance.checks import CheckContext
         from trainspec.conformance.harness import Harness
-        from trainspec.errors import AdapterError
+        from trainspec.conformance.runner import open_context
 
-        target = self.target
-        self.harness = Harness(target.adapter, timeout_s=self.settings.timeout_s)
-        declared = self.harness.describe(target.adapter).get("capabilities", [])
-        unknown = sorted(set(declared) - CAPABILITIES)
-        if unknown:
-            raise AdapterError(f"{target.label}: capabilities() declared unknown names "
-                               f"{unknown}; known: {sorted(CAPABILITIES)}")
-        return CheckContext(harness=self.harness, adapter=target.adapter,
-                            capabilities=frozenset(c for c in CAPABILITIES if c in declared),
-                            world_size=self.settings.world_size,
-                            target_args=target.reproducer_args)
+        self.harness = Harness(self.target.adapter, timeout_s=self.settings.timeout_s)
+        context, _ = open_context(self.target, self.harness,
+                                  world_size=self.settings.world_size)
+        return context
 
     def close(self) -> None:
         if self.harness is not None:
@@ -113,7 +103,6 @@ class _Session:
 
 
 _SETTINGS = pytest.StashKey[_Settings]()
-_TARGET = pytest.StashKey["Target"]()
 _SESSION = pytest.StashKey[_Session]()
 
 
@@ -128,8 +117,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _settings(config: pytest.Config, target: str | None, base_trainer: str | None) -> _Settings:
+    # torch-free: an xdist controller (which never collects) resolves and checks the options
+    # without paying for torch; a bad target is a usage error before any item runs
     from trainspec.conformance import clauses as registry
     from trainspec.conformance.deviations import load_deviations
+    from trainspec.conformance.targets import resolve_target
     from trainspec.errors import UsageError
 
     world_size: int = config.getoption("trainspec_world_size")
@@ -143,7 +135,7 @@ def _settings(config: pytest.Config, target: str | None, base_trainer: str | Non
             raise UsageError(f"--trainspec-timeout: expected more than 0 seconds, got "
                              f"{timeout_s}")
         return _Settings(
-            target=target, base_trainer=base_trainer,
+            target=resolve_target(target, base_trainer),
             selected=registry.select(config.getoption("trainspec_clauses")),
             deviations=(load_deviations(Path(deviations_path)) if deviations_path is not None
                         else {}),
@@ -157,38 +149,25 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                   items: list[pytest.Item]) -> None:
     if _SETTINGS not in config.stash:
         return
-    config.stash[_TARGET] = _resolve_target(config.stash[_SETTINGS])
     # An explicit node ID: the items read ``trainspec::<check>[<clauses>]`` wherever pytest
     # runs from, on every xdist worker alike.
     collector = TrainspecCollector.from_parent(session, name="trainspec", nodeid="trainspec")
     items.extend(session.genitems(collector))
 
 
-def _resolve_target(settings: _Settings) -> Target:
-    # Here, not in pytest_configure: the runner imports torch, and an xdist controller (which
-    # never collects) should not pay for it.
-    from trainspec.conformance.runner import resolve_target
-    from trainspec.errors import UsageError
-
-    try:
-        return resolve_target(settings.target, settings.base_trainer)
-    except UsageError as e:
-        raise pytest.UsageError(f"trainspec: {e}") from None
-
-
 class TrainspecCollector(pytest.Collector):
     """The checks of the selected clauses, in registry order."""
 
     def collect(self) -> Iterable[pytest.Item]:
-        from trainspec.conformance.checks import CHECKS
+        from trainspec.conformance.runner import selected_checks
 
         settings = self.config.stash[_SETTINGS]
-        chosen = set(settings.selected)
-        for spec in CHECKS.values():
-            if chosen.intersection(spec.clauses):
-                yield TrainspecItem.from_parent(self, name=f"{spec.name}[{','.join(spec.clauses)}]",
-                                                check_name=spec.name, clause_ids=spec.clauses,
-                                                multi_rank=spec.multi_rank)
+        # every check of the selected clauses, multi-rank ones too: under one rank they skip
+        # with the reason (n/a in the report) rather than vanish from the session
+        for spec in selected_checks(settings.selected, world_size=None):
+            yield TrainspecItem.from_parent(self, name=f"{spec.name}[{','.join(spec.clauses)}]",
+                                            check_name=spec.name, clause_ids=spec.clauses,
+                                            multi_rank=spec.multi_rank)
 
 
 class ClauseViolated(Exception):
@@ -227,7 +206,7 @@ class TrainspecItem(pytest.Item):
                         f"--trainspec-world-size={settings.world_size}")
         session = self.config.stash.get(_SESSION, None)
         if session is None:
-            session = _Session(settings, self.config.stash[_TARGET])
+            session = _Session(settings, settings.target)
             self.config.stash[_SESSION] = session
             self.config.add_cleanup(session.close)
         ctx = session.context_or_fail()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import reprlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,8 +22,9 @@ import trainspec
 from trainspec.conformance import clauses as registry
 from trainspec.conformance.adapter import CAPABILITIES, Capability
 from trainspec.conformance.checks import CHECKS, CheckContext, CheckSpec, run_check
-from trainspec.conformance.harness import AdapterSpec, Harness
+from trainspec.conformance.harness import Harness
 from trainspec.conformance.model import CheckResult, ClauseResult, Report, Verdict, worst_verdict
+from trainspec.conformance.targets import BUILTIN_TARGETS, Target, resolve_target
 from trainspec.errors import AdapterError, UsageError
 
 __all__ = [
@@ -36,74 +37,45 @@ __all__ = [
     "selected_checks",
 ]
 
-BASE_TRAINER_ADAPTER = "trainspec.adapters.base_trainer:BaseTrainerAdapter"
-
-# built-in targets: the reference goes through the same seed-shape path as any base class
-BUILTIN_TARGETS: dict[str, AdapterSpec] = {
-    "reference": AdapterSpec(factory=BASE_TRAINER_ADAPTER,
-                             args=("trainspec.reference:BaseTrainer",)),
-    "lightning": AdapterSpec(factory="trainspec.adapters.lightning:LightningAdapter"),
-    "hf": AdapterSpec(factory="trainspec.adapters.hf:HFTrainerAdapter"),
-    "ignite": AdapterSpec(factory="trainspec.adapters.ignite:IgniteAdapter"),
-    "keras": AdapterSpec(factory="trainspec.adapters.keras:KerasAdapter"),
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Target:
-    label: str
-    adapter: AdapterSpec
-    is_base_trainer: bool = False
-
-    @property
-    def reproducer_args(self) -> str:
-        """How :func:`trainspec.conformance.api.replay` names this target."""
-        if self.is_base_trainer:
-            return f"base_trainer={self.label!r}"
-        return f"{self.label!r}"
-
-
-def resolve_target(target: str | None = None, base_trainer: str | None = None) -> Target:
-    """``reference`` (default), a built-in framework name, ``MODULE:OBJECT`` naming an adapter,
-    or ``--base-trainer MODULE:CLASS`` for a class in the seed's shape."""
-    if base_trainer is not None:
-        if target not in (None, "reference"):
-            raise UsageError(f"--base-trainer {base_trainer} and target {target!r} both name a "
-                             "trainer: give one of them")
-        if ":" not in base_trainer:
-            raise UsageError(f"--base-trainer: expected MODULE:CLASS, got {base_trainer!r} "
-                             "(e.g. mypkg.trainers:BaseTrainer)")
-        return Target(label=base_trainer, is_base_trainer=True,
-                      adapter=AdapterSpec(factory=BASE_TRAINER_ADAPTER, args=(base_trainer,)))
-    name = target or "reference"
-    if name in BUILTIN_TARGETS:
-        return Target(label=name, adapter=BUILTIN_TARGETS[name])
-    if ":" in name:
-        return Target(label=name, adapter=AdapterSpec(factory=name))
-    raise UsageError(f"target {name!r}: expected one of {', '.join(BUILTIN_TARGETS)} or "
-                     "MODULE:OBJECT naming an adapter")
+# what a target's factory must give; quoted when the adapter breaks its protocol
+_PROTOCOL = ("its factory must be importable from the current directory (or the environment) "
+             "and return an adapter: an object with name, capabilities() (a set of capability "
+             "names), environment() (a dict of names to version strings) and "
+             "run(scenario, ctx); see trainspec.conformance.adapter.Adapter")
 
 
 def open_context(target: Target, harness: Harness, *, world_size: int = 2,
                  max_examples: int = 60) -> tuple[CheckContext, dict[str, Any]]:
-    """The context checks of ``target`` run in, and what its adapter said of itself."""
-    described = harness.describe(target.adapter)
+    """The context checks of ``target`` run in, and what its adapter said of itself.
+
+    Raises:
+        AdapterError: the adapter cannot be imported or built, or describes itself wrongly
+            (unknown capabilities, an environment that is not a dict of strings); the message
+            names the target and, after its first line, holds the worker's traceback.
+    """
+    try:
+        described = harness.describe(target.adapter)
+    except AdapterError as e:
+        head, _, trace = str(e).partition("\n")
+        head = head.removeprefix(f"{target.factory}: ").removeprefix("AdapterError: ")
+        raise AdapterError(f"target {target.label}: the adapter could not be built or could "
+                           f"not describe itself: {head.rstrip('.')}. Expected: {_PROTOCOL}."
+                           + (f"\n{trace.rstrip()}" if trace.strip() else "")) from None
     capabilities = _capabilities(target, described.get("capabilities", []))
+    described["environment"] = _adapter_environment(target, described.get("environment", {}))
     ctx = CheckContext(harness=harness, adapter=target.adapter, capabilities=capabilities,
                        world_size=world_size, target_args=target.reproducer_args,
                        max_examples=max_examples)
     return ctx, described
 
 
-def selected_checks(selected: Sequence[str], world_size: int) -> list[CheckSpec]:
-    """The checks verifying any of ``selected``; multi-rank ones only with several ranks."""
-    return _selected_checks(selected, world_size)
-
-
-def _selected_checks(selected: Sequence[str], world_size: int) -> list[CheckSpec]:
+def selected_checks(selected: Sequence[str], world_size: int | None) -> list[CheckSpec]:
+    """The checks verifying any of ``selected``, in registry order; multi-rank ones only with
+    several ranks (all of them when ``world_size`` is None)."""
     chosen = set(selected)
+    several = world_size is None or world_size > 1
     return [spec for spec in CHECKS.values()
-            if chosen.intersection(spec.clauses) and (world_size > 1 or not spec.multi_rank)]
+            if chosen.intersection(spec.clauses) and (several or not spec.multi_rank)]
 
 
 def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 2,
@@ -124,7 +96,7 @@ def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 
             harness = stack.enter_context(Harness(target.adapter, timeout_s=timeout_s))
         ctx, described = open_context(target, harness, world_size=world_size,
                                       max_examples=max_examples)
-        for spec in _selected_checks(selected, world_size):
+        for spec in selected_checks(selected, world_size):
             result = run_check(spec, ctx)
             results.append(result)
             if on_result is not None:
@@ -135,12 +107,28 @@ def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 
                   duration_s=round(time.monotonic() - started, 3), selected=tuple(selected))
 
 
-def _capabilities(target: Target, declared: Sequence[str]) -> frozenset[Capability]:
-    unknown = sorted(set(declared) - CAPABILITIES)
+def _capabilities(target: Target, declared: object) -> frozenset[Capability]:
+    names = declared if isinstance(declared, list) else [declared]
+    unknown = sorted({str(c) for c in names} - CAPABILITIES)
     if unknown:
-        raise AdapterError(f"{target.label}: capabilities() declared unknown names {unknown}; "
-                           f"known: {sorted(CAPABILITIES)}")
-    return frozenset(c for c in CAPABILITIES if c in declared)
+        hint = ""
+        if all(len(c) == 1 and c.isalpha() for c in unknown):
+            hint = (" (single letters: did capabilities() return one name as a string? "
+                    "Return a set of names, e.g. frozenset({'checkpoint', 'resume'}))")
+        raise AdapterError(f"target {target.label}: capabilities() declared unknown names "
+                           f"{unknown}{hint}; known: {sorted(CAPABILITIES)}")
+    return frozenset(c for c in CAPABILITIES if c in names)
+
+
+def _adapter_environment(target: Target, declared: object) -> dict[str, str | None]:
+    """The adapter's ``environment()``: names to version strings (or None), as reports hold."""
+    if not isinstance(declared, dict) or not all(
+            isinstance(k, str) and isinstance(v, str | None) for k, v in declared.items()):
+        raise AdapterError(f"target {target.label}: environment() returned "
+                           f"{reprlib.repr(declared)}; "
+                           "expected a dict of names to version strings or None, e.g. "
+                           "{'framework': 'lightning 2.4.0'}")
+    return declared
 
 
 def _environment(adapter_env: Mapping[str, str | None]) -> dict[str, str | None]:

@@ -29,8 +29,10 @@ from typing import IO, Any
 
 __all__ = ["main"]
 
-_CONFORMANCE_DIRS = ("trainspec/conformance", "trainspec/adapters", "/conformance/",
-                     "/adapters/")
+def _suite_dirs() -> tuple[str, ...]:
+    """The real folders of the suite and its adapters (symlinks resolved)."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    return (here + os.sep, os.path.join(os.path.dirname(here), "adapters") + os.sep)
 
 
 class ChildContext:
@@ -154,9 +156,17 @@ def _tear(save: Any, obj: object, f: Any, fraction: float, ctx: ChildContext) ->
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _error_is_ours(tb: traceback.StackSummary) -> bool:
-    """Whether the innermost frame of a traceback lies in the suite or an adapter."""
-    return bool(tb) and any(d in tb[-1].filename for d in _CONFORMANCE_DIRS)
+def _error_is_ours(tb: traceback.StackSummary, adapter: object) -> bool:
+    """Whether the innermost frame lies in the suite, its adapters, or the target's adapter:
+    the harness or the adapter broke, not the trainer it drives."""
+    if not tb:
+        return False
+    where = os.path.realpath(tb[-1].filename)
+    module = sys.modules.get(type(adapter).__module__)
+    adapter_file = getattr(module, "__file__", None)
+    if adapter_file and where == os.path.realpath(adapter_file):
+        return True
+    return any(where.startswith(d) for d in _suite_dirs())
 
 
 def _child_setup(req: dict[str, Any]) -> None:
@@ -208,7 +218,7 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
         tb = traceback.extract_tb(e.__traceback__)
         ctx.emit({"ev": "error", "type": type(e).__name__, "message": str(e)[:2000],
                   "traceback": "".join(traceback.format_exception(e))[-8000:],
-                  "ours": _error_is_ours(tb)})
+                  "ours": _error_is_ours(tb, adapter)})
         return 1
     ctx.emit({"ev": "done"})
     return 0
@@ -304,14 +314,25 @@ def _serve(proto: IO[str]) -> None:
                 for module in req.get("preload", []):
                     __import__(module)
                 if req["op"] == "describe":
+                    lacking = [m for m in ("capabilities", "environment", "run")
+                               if not callable(getattr(adapter, m, None))]
+                    if lacking:
+                        raise TypeError(f"{type(adapter).__qualname__} is not an adapter: it "
+                                        f"lacks {', '.join(lacking)}")
                     reply["name"] = str(adapter.name)
                     reply["capabilities"] = sorted(adapter.capabilities())
-                    reply["environment"] = adapter.environment()
+                    environment = adapter.environment()
+                    try:
+                        json.dumps(environment)
+                    except (TypeError, ValueError) as e:
+                        raise TypeError(f"environment() returned a value that is not JSON: "
+                                        f"{e}") from None
+                    reply["environment"] = environment
                 elif req["op"] in ("run", "property"):
                     reply.update(_run(req, adapter))
                 else:
                     raise ValueError(f"unknown op {req['op']!r}")
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # an adapter module may sys.exit on import
             reply["status"] = "worker_error"
             reply["error"] = f"{type(e).__name__}: {e}"
             reply["traceback"] = traceback.format_exc()[-8000:]

@@ -26,3 +26,11 @@ class LoudRun(BaseTrainerAdapter):
             sys.stdout.write(chunk)
             sys.stderr.write(chunk)
         super().run(scenario, ctx)
+
+
+class LoudThenRaises(LoudRun):
+    """Drowns the run in output, then raises: the report must carry the error, not the noise."""
+
+    def run(self, scenario: Scenario, ctx: RunContext) -> None:
+        print(MARKER * 100_000)  # one 1.9 MB line
+        raise RuntimeError("gave up after shouting " + MARKER * 50_000)

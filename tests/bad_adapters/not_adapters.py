@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from tests.bad_adapters.common import ShellAdapter
 from trainspec.conformance.adapter import CAPABILITIES, Capability
 
 NOT_A_FACTORY = 42
@@ -22,3 +25,17 @@ class WithoutRun:
 def make_nothing() -> object:
     """A factory that returns a plain object: no name, no capabilities, no run."""
     return object()
+
+
+class EnvironmentNotADict(ShellAdapter):
+    """``environment()`` returns a list: the report's environment must be names to versions."""
+
+    def environment(self) -> Any:
+        return ["torch 2.13.0"]
+
+
+class EnvironmentNotJson(ShellAdapter):
+    """``environment()`` returns a set, which the worker cannot send back as JSON."""
+
+    def environment(self) -> Any:
+        return {"framework": {"lightning", "2.4.0"}}
