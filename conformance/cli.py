@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import inspect
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from trainspec.conformance import clauses as registry
 from trainspec.errors import AdapterError, ConfigError, UsageError
@@ -119,9 +118,13 @@ def _build_parser() -> _Parser:
     check.add_argument("--report", type=Path, metavar="FILE.json", help="write the JSON report")
     check.add_argument("--junit", type=Path, metavar="FILE.xml", help="write JUnit XML")
     check.add_argument("--markdown", type=Path, metavar="FILE.md", help="write a Markdown report")
-    check.add_argument("-n", "--workers", type=_positive_int, default=None, metavar="WORKERS",
-                       help="run checks in this many parallel workers (reserved: accepted, and "
-                       "used once the runner supports it)")
+    check.add_argument("-n", "--workers", type=_positive_int, default=1, metavar="WORKERS",
+                       help="run families of checks in this many parallel workers (default 1)")
+    check.add_argument("--profile", choices=("fast", "ci"), default="fast",
+                       help="property checks: fast (60 generated runs each, the default) or ci "
+                       "(250); both derandomized, so a verdict is reproducible")
+    check.add_argument("--fresh-processes", action="store_true",
+                       help="start new worker processes for every run (isolation over speed)")
     check.set_defaults(func=_cmd_check)
 
     listing = sub.add_parser("list", help="every clause: ID, level, title",
@@ -188,13 +191,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.backend is not None:
         os.environ["TRAINSPEC_BACKEND"] = args.backend  # read by the harness's multi-rank runs
     registry.select(args.clauses)  # a bad --clauses fails before any worker starts
-    extra: dict[str, Any] = {}
-    if args.workers is not None and "workers" in inspect.signature(api.check).parameters:
-        extra["workers"] = args.workers
     progress = _Progress(_planned_checks(args.clauses, args.world_size), sys.stderr)
     result = api.check(args.target, base_trainer=args.base_trainer, clauses=args.clauses,
                        world_size=args.world_size, timeout_s=args.timeout,
-                       deviations=deviations, on_result=progress, **extra)
+                       deviations=deviations, on_result=progress, workers=args.workers,
+                       profile=args.profile, fresh=args.fresh_processes)
     print(report.format_table(result, color=_use_color(sys.stdout)))
     _write_reports(result, args)
     return 0 if result.conformant else 1

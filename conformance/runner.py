@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import platform
 import reprlib
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -81,30 +83,74 @@ def selected_checks(selected: Sequence[str], world_size: int | None) -> list[Che
 def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 2,
                timeout_s: float = 60.0, deviations: Mapping[str, str] | None = None,
                on_result: Callable[[CheckResult], None] | None = None,
-               harness: Harness | None = None, max_examples: int = 60) -> Report:
+               harness: Harness | None = None, max_examples: int = 60,
+               workers: int = 1, fresh: bool = False) -> Report:
     """Run every check of the selected clauses on ``target``; one report, every clause.
 
     A ``harness`` passed in is reused (and left open): several targets can share its workers.
+    ``workers`` > 1 runs families of checks in parallel, each with its own harness (checks of
+    one family share runs, so a family stays together). ``fresh`` starts new worker processes
+    for every run: isolation over speed.
     """
     started = time.monotonic()
     selected = registry.select(clauses)
     if world_size < 1:
         raise UsageError(f"--world-size: expected 1 or more ranks, got {world_size}")
-    results: list[CheckResult] = []
-    with contextlib.ExitStack() as stack:
-        if harness is None:
-            harness = stack.enter_context(Harness(target.adapter, timeout_s=timeout_s))
-        ctx, described = open_context(target, harness, world_size=world_size,
-                                      max_examples=max_examples)
-        for spec in selected_checks(selected, world_size):
-            result = run_check(spec, ctx)
-            results.append(result)
-            if on_result is not None:
+    if workers < 1:
+        raise UsageError(f"-n/--workers: expected 1 or more, got {workers}")
+    specs = selected_checks(selected, world_size)
+    buckets = [specs] if workers == 1 or harness is not None else _buckets(specs, workers)
+    lock = threading.Lock()
+
+    def report(result: CheckResult) -> None:
+        if on_result is not None:
+            with lock:
                 on_result(result)
-        environment = _environment(described.get("environment", {}))
+
+    def run_bucket(bucket: Sequence[CheckSpec], shared: Harness | None
+                   ) -> tuple[list[CheckResult], dict[str, Any]]:
+        with contextlib.ExitStack() as stack:
+            own = shared if shared is not None else stack.enter_context(
+                Harness(target.adapter, timeout_s=timeout_s, fresh=fresh))
+            ctx, described = open_context(target, own, world_size=world_size,
+                                          max_examples=max_examples)
+            done = []
+            for spec in bucket:
+                done.append(run_check(spec, ctx))
+                report(done[-1])
+            return done, described
+
+    if len(buckets) == 1:
+        results, described = run_bucket(buckets[0], harness)
+    else:
+        with ThreadPoolExecutor(max_workers=len(buckets), thread_name_prefix="trainspec") as pool:
+            outcomes = list(pool.map(lambda b: run_bucket(b, None), buckets))
+        order = {spec.name: i for i, spec in enumerate(specs)}
+        results = sorted((r for done, _ in outcomes for r in done), key=lambda r: order[r.name])
+        described = outcomes[0][1]
+    environment = _environment(described.get("environment", {}))
     return Report(trainspec=trainspec.__version__, target=target.label, environment=environment,
                   clauses=judge_clauses(results, selected, deviations or {}, world_size),
                   duration_s=round(time.monotonic() - started, 3), selected=tuple(selected))
+
+
+# rough seconds per family on the reference (2 cores): a scheduling hint, nothing more
+_FAMILY_COST = {"dist": 14.0, "res": 3.0, "pat": 2.5, "nan": 2.0, "best": 2.0, "ckpt": 2.0,
+                "ft": 1.5, "loop": 1.0, "dbg": 0.5}
+
+
+def _buckets(specs: Sequence[CheckSpec], workers: int) -> list[list[CheckSpec]]:
+    """Families spread over ``workers`` buckets, heaviest first onto the lightest bucket."""
+    families: dict[str, list[CheckSpec]] = {}
+    for spec in specs:
+        families.setdefault(spec.func.__module__.rsplit(".", 1)[-1], []).append(spec)
+    buckets: list[list[CheckSpec]] = [[] for _ in range(min(workers, len(families)) or 1)]
+    load = [0.0] * len(buckets)
+    for family in sorted(families, key=lambda f: -_FAMILY_COST.get(f, 2.0)):
+        lightest = load.index(min(load))
+        buckets[lightest].extend(families[family])
+        load[lightest] += _FAMILY_COST.get(family, 2.0)
+    return [b for b in buckets if b]
 
 
 def _capabilities(target: Target, declared: object) -> frozenset[Capability]:
