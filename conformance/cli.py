@@ -1,8 +1,9 @@
 """The command line (a contract, design.md): ``trainspec check | list | explain | matrix``.
 
 Exit status: 0 conformant, 1 not conformant, 2 usage or configuration error, 3 internal error,
-130 interrupted. ``list`` reads only the clause registry; the commands that run checks import
-torch when they start, not before.
+130 interrupted. With ``check --baseline FILE``, 0 and 1 say instead whether a clause regressed
+against the baseline (:mod:`trainspec.conformance.baseline`). ``list`` reads only the clause
+registry; the commands that run checks import torch when they start, not before.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from trainspec.conformance import clauses as registry
 from trainspec.errors import AdapterError, ConfigError, UsageError
 
 if TYPE_CHECKING:
+    from trainspec.conformance.baseline import Baseline, Comparison
     from trainspec.conformance.model import CheckResult, Report
 
 __all__ = ["main"]
@@ -118,6 +120,15 @@ def _build_parser() -> _Parser:
     check.add_argument("--report", type=Path, metavar="FILE.json", help="write the JSON report")
     check.add_argument("--junit", type=Path, metavar="FILE.xml", help="write JUnit XML")
     check.add_argument("--markdown", type=Path, metavar="FILE.md", help="write a Markdown report")
+    check.add_argument("--save-baseline", type=Path, metavar="FILE.json",
+                       help="save every checked clause's verdict as a baseline for --baseline")
+    check.add_argument("--baseline", type=Path, metavar="FILE.json",
+                       help="exit by regressions instead of conformance: 1 only when a clause "
+                       "got worse than in this baseline (pass > deviation > n/a > fail > "
+                       "timeout > error); list the clauses that got better")
+    check.add_argument("--badge", type=Path, metavar="FILE.json",
+                       help="write a shields.io endpoint badge: passing clauses, green when "
+                       "conformant, red when not")
     check.add_argument("-n", "--workers", type=_positive_int, default=1, metavar="WORKERS",
                        help="run families of checks in this many parallel workers (default 1)")
     check.add_argument("--profile", choices=("fast", "ci"), default="fast",
@@ -191,17 +202,39 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.backend is not None:
         os.environ["TRAINSPEC_BACKEND"] = args.backend  # read by the harness's multi-rank runs
     registry.select(args.clauses)  # a bad --clauses fails before any worker starts
+    baseline = _read_baseline(args)  # so does a bad --baseline
     progress = _Progress(_planned_checks(args.clauses, args.world_size), sys.stderr)
     result = api.check(args.target, base_trainer=args.base_trainer, clauses=args.clauses,
                        world_size=args.world_size, timeout_s=args.timeout,
                        deviations=deviations, on_result=progress, workers=args.workers,
                        profile=args.profile, fresh=args.fresh_processes)
     print(report.format_table(result, color=_use_color(sys.stdout)))
-    _write_reports(result, args)
+    comparison = None
+    if baseline is not None:
+        from trainspec.conformance.baseline import compare
+
+        comparison = compare(result, baseline)
+        print(comparison.format())
+    _write_reports(result, args, comparison)
+    if comparison is not None:
+        return comparison.exit_status
     return 0 if result.conformant else 1
 
 
-def _write_reports(result: Report, args: argparse.Namespace) -> None:
+def _read_baseline(args: argparse.Namespace) -> Baseline | None:
+    """The ``--baseline`` file, checked against the target this run names (no torch yet)."""
+    if args.baseline is None:
+        return None
+    from trainspec.conformance.baseline import read_baseline
+    from trainspec.conformance.targets import resolve_target
+
+    baseline = read_baseline(args.baseline)
+    baseline.require_target(resolve_target(args.target, args.base_trainer).label)
+    return baseline
+
+
+def _write_reports(result: Report, args: argparse.Namespace,
+                   comparison: Comparison | None = None) -> None:
     from trainspec.conformance import report
 
     if args.report is not None:
@@ -209,8 +242,18 @@ def _write_reports(result: Report, args: argparse.Namespace) -> None:
     if args.junit is not None:
         report.write_junit(result, args.junit)
     if args.markdown is not None:
-        report.write_markdown(result, args.markdown)
-    report.append_step_summary(result)
+        report.write_markdown(result, args.markdown, baseline=comparison)
+    if args.save_baseline is not None:
+        from trainspec.conformance.baseline import write_baseline
+
+        saved = write_baseline(result, args.save_baseline)
+        print(f"trainspec: saved the verdicts of {len(saved.verdicts)} clauses to "
+              f"{args.save_baseline} (compare later runs with --baseline)", file=sys.stderr)
+    if args.badge is not None:
+        from trainspec.conformance.badge import write_badge
+
+        write_badge(result, args.badge)
+    report.append_step_summary(result, baseline=comparison)
 
 
 def _planned_checks(clauses: str | None, world_size: int) -> int:

@@ -275,6 +275,8 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
             return stop
 
         def _pool(self, total: float, count: float) -> float:
+            if task.metric == "local":
+                return math.nan if count == 0 else total / count
             if task.metric == "torchmetrics":
                 # two synced sums rather than a weighted MeanMetric: torchmetrics 1.9's
                 # MeanMetric drops the weight when nan_strategy="disable"

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainspec.conformance.checks.base import CheckFailed
-from trainspec.conformance.checks.common import match_decisions, same_weights
-from trainspec.conformance.oracle import Outcome
+from trainspec.conformance.checks.common import fmt_scores, label, match_decisions, same_weights
+from trainspec.conformance.oracle import Outcome, decide
 from trainspec.conformance.scenario import Scenario, ScoreScript
 from trainspec.conformance.trace import Trace, parse_rank
 
@@ -96,15 +96,33 @@ def _decisions(clause: str) -> Callable[[Scenario, Trace], None]:
 
 
 def _improvements(clause: str) -> Callable[[Scenario, Trace], None]:
+    """Improvement flags and best weights, judged on the validations the run really made.
+
+    When to validate and when to stop are other clauses' matters (LOOP-2, PAT): the oracle
+    gets the observed sequence of scores, without patience, and only the flags are compared.
+    """
+
     def judge(scenario: Scenario, trace: Trace) -> None:
-        outcome: Outcome = match_decisions(clause, scenario, trace, what="improved")
         r = trace.rank0
+        seen = [(None if v.phase == "first" else v.epoch,
+                 scenario.scores.pooled(None if v.phase == "first" else v.epoch, 1))
+                for v in r.validations]
+        outcome: Outcome = decide(seen, minimize=scenario.get("val.minimize"), patience=None,
+                                  start_patience=0, num_epochs=scenario.get("num_epochs"))
+        for i, (v, d) in enumerate(zip(r.validations, outcome.decisions, strict=True)):
+            if v.improved != d.improved:
+                so_far = fmt_scores([score for _, score in seen[: i + 1]])
+                raise CheckFailed(
+                    f"{clause}: the validation after {label(d.epoch)} was "
+                    f"{'taken' if v.improved else 'not taken'} as an improvement; expected "
+                    f"{'an improvement' if d.improved else 'none'} (scores so far {so_far}, "
+                    f"val.minimize={scenario.get('val.minimize')})")
         if outcome.best_index is None:
             return
         best = r.validations[outcome.best_index]
         if not same_weights(best.weights, r.best_model):
             raise CheckFailed(f"{clause}: best_model is not the weights of the best validation "
-                              f"(after epoch {best.epoch}, score {best.score})")
+                              f"(after {label(best.epoch)}, score {best.score})")
 
     return judge
 

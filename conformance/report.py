@@ -4,6 +4,11 @@ The JSON starts with ``"trainspec"`` (the header) and ends with ``"complete": tr
 footer), so a report cut short by a killed job is detected on reading (:func:`from_json`). The
 JSON, JUnit and Markdown forms hold every clause; the terminal table and the Markdown list the
 selected clauses and count the others in one line.
+
+Every non-pass clause's evidence ends with a link to the clause in the spec pages,
+``(docs: docs/spec/res.md#res-3)``: :func:`docs_link` builds it from :data:`DOCS_URL`, which the
+environment variable ``TRAINSPEC_DOCS_URL`` overrides (the runner appends it when it judges a
+clause, so the table, the Markdown, the JUnit message and the JSON all carry it).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from trainspec.conformance import clauses as registry
 from trainspec.conformance.model import (
@@ -27,8 +32,14 @@ from trainspec.conformance.model import (
 )
 from trainspec.errors import UsageError
 
+if TYPE_CHECKING:
+    from trainspec.conformance.baseline import Comparison
+
 __all__ = [
+    "DOCS_URL",
+    "DOCS_URL_ENV",
     "append_step_summary",
+    "docs_link",
     "format_summary",
     "format_table",
     "from_json",
@@ -40,10 +51,29 @@ __all__ = [
     "write_markdown",
 ]
 
+# Where a clause is documented: ``{family}`` (lower case, the page) and ``{anchor}`` (the
+# clause's lower-case ID) are filled in. The project has no public URL yet, so the default is
+# the spec pages' path in the trainspec repository.
+DOCS_URL = "docs/spec/{family}.md#{anchor}"
+# Overrides DOCS_URL: a template with {family} and {anchor}, or the base URL of the built site,
+# e.g. https://example.org/trainspec/spec, which gives .../spec/res.html#res-3.
+DOCS_URL_ENV = "TRAINSPEC_DOCS_URL"
+
 _OUTCOMES: tuple[CheckOutcome, ...] = get_args(CheckOutcome)
 _LEVELS: tuple[Level, ...] = get_args(Level)
 _REPORT_KEYS = ("trainspec", "target", "environment", "conformant", "selected", "clauses",
                 "summary", "duration_s", "complete")
+
+
+# ------------------------------------------------------------------------------------- docs
+
+def docs_link(clause_id: str) -> str:
+    """Where a clause is documented, e.g. ``docs/spec/res.md#res-3`` (see :data:`DOCS_URL`)."""
+    template = os.environ.get(DOCS_URL_ENV, "").strip() or DOCS_URL
+    if "{anchor}" not in template:  # a base URL: the pages of the built (HTML) site under it
+        template = template.rstrip("/") + "/{family}.html#{anchor}"
+    clause = registry.get(clause_id)
+    return template.replace("{family}", clause.family.lower()).replace("{anchor}", clause.anchor)
 
 
 # ------------------------------------------------------------------------------------- JSON
@@ -263,8 +293,9 @@ _MARKERS: dict[Verdict, str] = {"pass": "pass", "fail": "**FAIL**", "deviation":
                                 "n/a": "n/a", "error": "**ERROR**", "timeout": "**TIMEOUT**"}
 
 
-def to_markdown(report: Report) -> str:
-    """A header (target, verdict, counts) and one table of the selected clauses per family."""
+def to_markdown(report: Report, *, baseline: Comparison | None = None) -> str:
+    """A header (target, verdict, counts) and one table of the selected clauses per family;
+    then, with ``baseline``, what changed against it (``--baseline``)."""
     verdict = "conformant" if report.conformant else "**not conformant**"
     lines = [f"## trainspec {report.trainspec}: `{report.target}` is {verdict}", "",
              format_summary(report), ""]
@@ -282,21 +313,24 @@ def to_markdown(report: Report) -> str:
     hidden = len(report.clauses) - len(shown)
     if hidden:
         lines += [f"{hidden} clauses not selected (`--clauses`): n/a.", ""]
+    if baseline is not None:
+        lines += [baseline.to_markdown(), ""]
     return "\n".join(lines)
 
 
-def write_markdown(report: Report, path: str | Path) -> None:
-    _write(path, to_markdown(report), "--markdown")
+def write_markdown(report: Report, path: str | Path, *,
+                   baseline: Comparison | None = None) -> None:
+    _write(path, to_markdown(report, baseline=baseline), "--markdown")
 
 
-def append_step_summary(report: Report) -> bool:
+def append_step_summary(report: Report, *, baseline: Comparison | None = None) -> bool:
     """Append the Markdown to ``$GITHUB_STEP_SUMMARY`` when set; True when written."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if not target:
         return False
     try:
         with open(target, "a", encoding="utf-8") as out:
-            out.write(to_markdown(report) + "\n")
+            out.write(to_markdown(report, baseline=baseline) + "\n")
     except OSError as e:
         raise UsageError(f"GITHUB_STEP_SUMMARY={target}: cannot append the report ({e}). "
                          "Unset the variable or point it at a writable file.") from None

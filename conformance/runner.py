@@ -26,6 +26,7 @@ from trainspec.conformance.adapter import CAPABILITIES, Capability
 from trainspec.conformance.checks import CHECKS, CheckContext, CheckSpec, run_check
 from trainspec.conformance.harness import Harness
 from trainspec.conformance.model import CheckResult, ClauseResult, Report, Verdict, worst_verdict
+from trainspec.conformance.report import docs_link
 from trainspec.conformance.targets import BUILTIN_TARGETS, Target, resolve_target
 from trainspec.errors import AdapterError, UsageError
 
@@ -187,7 +188,11 @@ def _environment(adapter_env: Mapping[str, str | None]) -> dict[str, str | None]
 
 def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],
                   deviations: Mapping[str, str], world_size: int) -> tuple[ClauseResult, ...]:
-    """One verdict per clause of the spec, from the check results."""
+    """One verdict per clause of the spec, from the check results.
+
+    The evidence of a selected clause that does not pass ends with its docs link,
+    ``(docs: docs/spec/res.md#res-3)`` (:func:`~trainspec.conformance.report.docs_link`).
+    """
     out = []
     for clause in registry.CLAUSES:
         mine = [r for r in results if clause.id in r.clauses]
@@ -209,6 +214,8 @@ def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],
                 verdict = "deviation"
             elif reason is not None and verdict == "pass":
                 note = "declared as a deviation but passes: remove it from the deviations file"
+        if verdict != "pass" and clause.id in selected:  # a failure message links its clause
+            evidence = f"{evidence} (docs: {docs_link(clause.id)})"
         out.append(ClauseResult(id=clause.id, level=clause.level, title=clause.title,
                                 verdict=verdict, evidence=evidence, checks=tuple(mine),
                                 deviation_reason=reason, note=note))

@@ -65,7 +65,9 @@ class Task:
     scheduler: bool = True  # a LinearLR sized from len(train_loader) * num_epochs
     extra_param_group: bool = False  # the model's bias in a second optimizer group
     extra_scheduler: bool = False  # a second registered scheduler
-    metric: Literal["reduce_mean", "torchmetrics"] = "reduce_mean"
+    # how the probe turns (total, count) into a score: pooled by the base's reduce_mean, by
+    # torchmetrics, or left rank-local (total / count of this rank alone, unpooled)
+    metric: Literal["reduce_mean", "torchmetrics", "local"] = "reduce_mean"
     empty_eval_split: bool = True  # an eval_loader over an empty dataset (DBG-1)
     slow_writes_s: float = 0.0  # rank 0's torch.save pauses this long first (DIST-4)
     shuffle: bool = True

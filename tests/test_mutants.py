@@ -72,8 +72,11 @@ MUTANTS: dict[str, list[str]] = {
     "check_only_rank_zero_writes": ["dist:EveryRankWritesCheckpoints",
                                     "dist:WritesCheckpointsInBackground"],
     "check_ranks_decide_as_one_rank": ["dist:MeanOfRankMeans"],
-    "check_resume_under_several_ranks": ["res:ForgetsBestOnResume"],
-    "check_debug_under_several_ranks": ["dbg:DebugKeepsGradAccum"],
+    "check_resume_continues_under_several_ranks": ["res:RepeatsTheCheckpointEpoch"],
+    "check_resume_decides_alike_under_several_ranks": ["res:ForgetsBestOnResume"],
+    "check_debug_truncates_under_several_ranks": ["dbg:DebugDoesNotTruncate"],
+    "check_debug_steps_under_several_ranks": ["dbg:DebugKeepsGradAccum"],
+    "check_ranks_agree_on_rank_local_scores": ["dist:DecidesOnLocalScore"],
 }
 
 PAIRS = [(check, mutant) for check, mutants in MUTANTS.items() for mutant in mutants]

@@ -176,47 +176,100 @@ def _rows(n: int, scores: list[float]) -> tuple[RankScores, ...]:
     return tuple(((v, 1.0),) * n for v in scores)
 
 
-@check("RES-1", "RES-3", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True)
-def check_resume_under_several_ranks(ctx: CheckContext) -> str:
-    """Killed and resumed on N ranks, the run continues at k+1 and decides as uninterrupted."""
-    n = ctx.world_size
-    s = Scenario(name=f"res-dist-{n}r", world_size=n,
-                 scores=ScoreScript(epochs=_rows(n, [0.3, 0.8, 0.5, 0.4, 0.35]))) \
+def _res_scenario(n: int) -> Scenario:
+    return Scenario(name=f"res-dist-{n}r", world_size=n,
+                    scores=ScoreScript(epochs=_rows(n, [0.3, 0.8, 0.5, 0.4, 0.35]))) \
         .with_config(**{"num_epochs": 5, "val.patience": 3, "ddp.timeout_s": 20.0})
-    whole = ctx.completed(s)
-    want = [(v.epoch, v.improved, v.stop) for v in whole.rank0.validations]
-    pair = interrupt_and_resume(ctx, "RES-3", s, CrashPoint(where="train_start", epoch=3))
+
+
+@check("RES-1", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True)
+def check_resume_continues_under_several_ranks(ctx: CheckContext) -> str:
+    """Killed and resumed on N ranks, every rank continues at k+1."""
+    n = ctx.world_size
+    pair = interrupt_and_resume(ctx, "RES-1", _res_scenario(n),
+                                CrashPoint(where="train_start", epoch=3))
     k = pair.ckpt_epoch
     for r in pair.resumed.ranks:
-        if r.train_epochs and r.train_epochs[0].epoch != k + 1:
+        trained = r.epochs_trained
+        if trained != list(range(k + 1, k + 1 + len(trained))) or not trained:
             raise CheckFailed(f"RES-1: on {n} ranks, resumed from epoch {k}, rank {r.rank} "
-                              f"started at epoch {r.train_epochs[0].epoch}")
+                              f"trained epochs {trained}; expected {k + 1}, {k + 2}, ...")
+    return f"on {n} ranks: every rank resumed at epoch {k + 1}"
+
+
+@check("RES-3", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True)
+def check_resume_decides_alike_under_several_ranks(ctx: CheckContext) -> str:
+    """Killed and resumed on N ranks, every rank decides as the uninterrupted run."""
+    n = ctx.world_size
+    s = _res_scenario(n)
+    want = [(v.epoch, v.improved, v.stop) for v in ctx.completed(s).rank0.validations]
+    pair = interrupt_and_resume(ctx, "RES-3", s, CrashPoint(where="train_start", epoch=3))
+    for r in pair.resumed.ranks:
         seen = combined_decisions(pair, r.rank)
         if seen != want:
             raise CheckFailed(f"RES-3: on {n} ranks, killed at the start of epoch 3 and "
                               f"resumed, rank {r.rank} decided {seen}; uninterrupted: {want}")
-    return f"on {n} ranks: resumed at epoch {k + 1}, same decisions on every rank"
+    return f"on {n} ranks: same decisions on every rank as the uninterrupted run"
 
 
-@check("DBG-1", "DBG-4", requires={"multi_rank", "debug", "grad_accum"}, multi_rank=True)
-def check_debug_under_several_ranks(ctx: CheckContext) -> str:
-    """Debug on N ranks: one batch per split on every rank, and an optimizer step."""
+def _debug_trace(ctx: CheckContext) -> Trace:
     n = ctx.world_size
     s = Scenario(name=f"dbg-dist-{n}r", world_size=n,
                  scores=ScoreScript(epochs=_rows(n, [0.5, 0.5]))) \
         .with_config(**{"num_epochs": 2, "debug": True, "grad_accum_steps": 4,
                         "ddp.timeout_s": 20.0})
-    trace = ctx.completed(s)
-    for r in trace.ranks:
+    return ctx.completed(s)
+
+
+@check("DBG-1", requires={"multi_rank", "debug"}, multi_rank=True)
+def check_debug_truncates_under_several_ranks(ctx: CheckContext) -> str:
+    """Debug on N ranks: one batch per split on every rank."""
+    for r in _debug_trace(ctx).ranks:
         e = r.train_epochs[0] if r.train_epochs else None
         if e is None or (e.batches, e.loader_len) != (1, 1):
-            raise CheckFailed(f"DBG-1: in debug mode on {n} ranks, rank {r.rank} trained "
-                              f"{None if e is None else e.batches} batches with len() "
+            raise CheckFailed(f"DBG-1: in debug mode on {ctx.world_size} ranks, rank {r.rank} "
+                              f"trained {None if e is None else e.batches} batches with len() "
                               f"{None if e is None else e.loader_len}; expected 1 and 1")
-        if not e.optimizer_steps:
-            raise CheckFailed(f"DBG-4: in debug mode on {n} ranks with grad_accum_steps=4, "
-                              f"rank {r.rank} took no optimizer step")
-    return f"debug on {n} ranks: one batch per rank and an optimizer step"
+    return f"debug on {ctx.world_size} ranks: one batch and len() 1 on every rank"
+
+
+@check("DBG-4", requires={"multi_rank", "debug", "grad_accum"}, multi_rank=True)
+def check_debug_steps_under_several_ranks(ctx: CheckContext) -> str:
+    """Debug on N ranks with grad_accum_steps=4: every rank takes an optimizer step."""
+    for r in _debug_trace(ctx).ranks:
+        steps = r.train_epochs[0].optimizer_steps if r.train_epochs else None
+        if not steps:
+            raise CheckFailed(f"DBG-4: in debug mode on {ctx.world_size} ranks with "
+                              f"grad_accum_steps=4, rank {r.rank} took no optimizer step")
+    return f"debug on {ctx.world_size} ranks: an optimizer step on every rank"
+
+
+@check("DIST-2", "DIST-3", requires={"multi_rank", "early_stopping"}, multi_rank=True)
+def check_ranks_agree_on_rank_local_scores(ctx: CheckContext) -> str:
+    """Handed scores that differ by rank (unpooled), every rank still decides alike."""
+    n = ctx.world_size
+    # rank 0 keeps improving; the other ranks never do after epoch 0
+    rows = tuple(tuple(((0.1 * (e + 1) if r == 0 else 0.5 - 0.1 * e), 1.0) for r in range(n))
+                 for e in range(4))
+    s = dist_scenario("dist-local", n, rows, task=Task(metric="local"),
+                      cfg={"val.patience": 1, "ddp.timeout_s": 8.0})
+    trace = _ended(ctx, s)
+    verdicts = {r.rank: [(v.epoch, v.improved, v.stop) for v in r.validations]
+                for r in trace.ranks}
+    if len({tuple(v) for v in verdicts.values()}) > 1 or not trace.completed:
+        broken = [r for r in trace.ranks if r.status != "completed"]
+        ending = f"; rank {broken[0].rank} then {broken[0].status}: {broken[0].error}" \
+            if broken else ""
+        raise CheckFailed(f"DIST-2: handed rank-local scores, the ranks decided (epoch, "
+                          f"improved, stop) {verdicts}: one verdict per rank instead of one for "
+                          f"all{ending}", "\n".join(r.detail for r in broken))
+    r0 = trace.rank0
+    for r in trace.ranks[1:]:
+        diff = weights_diff(r0.best_model, r.best_model)
+        if diff is not None:
+            raise CheckFailed(f"DIST-3: handed rank-local scores, rank {r.rank} kept other best "
+                              f"weights than rank 0: {diff}")
+    return f"handed rank-local scores, all {n} ranks took one verdict per validation"
 
 
 @check("DIST-5", requires={"multi_rank"}, multi_rank=True)

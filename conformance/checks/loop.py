@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.chains import interrupt_and_resume
 from trainspec.conformance.checks.common import label, make_scenario, match_decisions
+from trainspec.conformance.scenario import CrashPoint
 
 __all__: list[str] = []
 
@@ -37,6 +39,16 @@ def check_loop_validates_on_schedule(ctx: CheckContext) -> str:
     for s in cases:
         outcome = match_decisions("LOOP-2", s, ctx.completed(s), what="schedule")
         seen.append("/".join(label(d.epoch) for d in outcome.decisions))
+    if "resume" in ctx.capabilities and "checkpoint" in ctx.capabilities:
+        # val.first belongs to the run's start: a resume continues the run, it does not restart
+        s = make_scenario("loop-first-resume", [0.1, 0.2, 0.3, 0.4], first=0.05)
+        pair = interrupt_and_resume(ctx, "LOOP-2", s, CrashPoint(where="train_start", epoch=2))
+        again = [v.epoch for v in pair.resumed.rank0.validations if v.phase == "first"]
+        if again:
+            raise CheckFailed(f"LOOP-2: resumed at epoch {pair.ckpt_epoch + 1}, the run "
+                              "validated before training again (val.first repeated); a resume "
+                              "continues the run, whose val.first validation is done")
+        seen.append("no val.first again on resume")
     return "validated after " + "; ".join(seen)
 
 

@@ -86,3 +86,10 @@ class DebugTruncatesInSetup(BaseTrainer):
 
     def _truncate_loaders(self) -> None:
         return None
+
+
+class DebugDoesNotTruncate(BaseTrainer):
+    """Debug mode leaves the loaders whole."""
+
+    def _truncate_loaders(self) -> None:
+        return None

@@ -70,3 +70,21 @@ class NoProcessGroupTimeout(BaseTrainer):
     def _join_process_group(self) -> ProcessGroup:
         return ProcessGroup.join(self.rank, self.world_size,
                                  dataclasses.replace(self.cfg.ddp, timeout_s=1800.0))
+
+
+class DecidesOnLocalScore(BaseTrainer):
+    """Takes each rank's own score for best selection: ranks given different scores diverge."""
+
+    def save_if_best(self, score: float, metrics: Mapping[str, float] | None = None) -> bool:
+        if not self.is_improvement(score):
+            return False
+        self.best_score = score
+        self.best_epoch = self._completed_epoch
+        self.best_model = self._snapshot_weights()
+        self._save("best.pt")
+        return True
+
+    def _validate(self) -> bool:
+        should_stop = bool(self.val_epoch())
+        self._stopped = self._stopped or should_stop
+        return should_stop
