@@ -76,7 +76,8 @@ MUTANTS: dict[str, list[str]] = {
     "check_resume_decides_alike_under_several_ranks": ["res:ForgetsBestOnResume"],
     "check_debug_truncates_under_several_ranks": ["dbg:DebugDoesNotTruncate"],
     "check_debug_steps_under_several_ranks": ["dbg:DebugKeepsGradAccum"],
-    "check_ranks_agree_on_rank_local_scores": ["dist:DecidesOnLocalScore"],
+    "check_ranks_stop_together_on_rank_local_scores": ["dist:DecidesOnLocalScore"],
+    "check_ranks_agree_on_best_on_rank_local_scores": ["dist:DecidesOnLocalScore"],
 }
 
 PAIRS = [(check, mutant) for check, mutants in MUTANTS.items() for mutant in mutants]

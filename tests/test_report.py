@@ -196,3 +196,44 @@ def test_a_deviation_that_passes_shows_its_note() -> None:
     report = replace(report, clauses=clauses)
     assert "passes: remove it" in writers.format_table(report, color=False)
     assert writers.to_json(report)["clauses"][0]["note"].endswith("remove it")
+
+
+def test_a_docs_link_points_at_the_clause_anchor_and_the_base_can_be_overridden(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(writers.DOCS_URL_ENV, raising=False)
+    assert writers.docs_link("res-3") == "docs/spec/res.md#res-3"
+    monkeypatch.setenv(writers.DOCS_URL_ENV, "https://example.org/trainspec/spec/")
+    assert writers.docs_link("RES-3") == "https://example.org/trainspec/spec/res.html#res-3"
+    monkeypatch.setenv(writers.DOCS_URL_ENV, "https://x.org/blob/main/spec/{family}.md#{anchor}")
+    assert writers.docs_link("PAT-5") == "https://x.org/blob/main/spec/pat.md#pat-5"
+
+
+def test_evidence_of_every_non_pass_clause_ends_with_its_docs_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainspec.conformance.runner import judge_clauses
+
+    monkeypatch.delenv(writers.DOCS_URL_ENV, raising=False)
+    results = [CheckResult(name="check_loop_1", clauses=("LOOP-1",), outcome="failed",
+                           evidence="LOOP-1: trained [0, 1], expected [0, 1, 2]", duration_s=0.1),
+               CheckResult(name="check_loop_3", clauses=("LOOP-3",), outcome="passed",
+                           evidence="fine", duration_s=0.1)]
+    selected = ("LOOP-1", "LOOP-2", "LOOP-3")  # LOOP-2: no result, n/a with one rank
+    clauses = judge_clauses(results, selected, {}, world_size=1)
+    report = Report(trainspec="0.1.0", target="reference", environment={}, clauses=clauses,
+                    duration_s=1.0, selected=selected)
+    loop1 = "LOOP-1: trained [0, 1], expected [0, 1, 2] (docs: docs/spec/loop.md#loop-1)"
+    assert report.clause("LOOP-1").evidence == loop1
+    assert report.clause("LOOP-2").verdict == "n/a"
+    assert report.clause("LOOP-2").evidence.endswith(" (docs: docs/spec/loop.md#loop-2)")
+    assert report.clause("LOOP-3").evidence == "fine"  # a pass gets no link
+    assert "(docs: " not in report.clause("RES-3").evidence  # neither does a clause not checked
+    data = writers.to_json(report)
+    assert data["clauses"][0]["evidence"] == loop1
+    assert "\n" not in data["clauses"][0]["evidence"]
+    table = writers.format_table(report, color=False).splitlines()
+    assert table[1] == f"{'':<6}    {loop1}"
+    assert f"| {loop1} |" in writers.to_markdown(report)
+    writers.write_junit(report, tmp_path / "r.xml")
+    failure = ET.parse(tmp_path / "r.xml").getroot().find("testsuite/testcase/failure")
+    assert failure is not None
+    assert failure.get("message") == loop1

@@ -7,7 +7,7 @@ count, one reports NaN. The pooled score is what every rank must see and decide 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, RunBroke, check
 from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
@@ -20,7 +20,7 @@ from trainspec.conformance.scenario import (
     ScoreScript,
     Task,
 )
-from trainspec.conformance.trace import RankTrace, Trace
+from trainspec.conformance.trace import RankTrace, Trace, Validation
 
 __all__: list[str] = []
 
@@ -244,32 +244,48 @@ def check_debug_steps_under_several_ranks(ctx: CheckContext) -> str:
     return f"debug on {ctx.world_size} ranks: an optimizer step on every rank"
 
 
-@check("DIST-2", "DIST-3", requires={"multi_rank", "early_stopping"}, multi_rank=True)
-def check_ranks_agree_on_rank_local_scores(ctx: CheckContext) -> str:
-    """Handed scores that differ by rank (unpooled), every rank still decides alike."""
+def _local_trace(ctx: CheckContext) -> Trace:
+    """Scores that differ by rank, handed to the trainer unpooled: rank 0 keeps improving,
+    the other ranks never do after epoch 0."""
     n = ctx.world_size
-    # rank 0 keeps improving; the other ranks never do after epoch 0
     rows = tuple(tuple(((0.1 * (e + 1) if r == 0 else 0.5 - 0.1 * e), 1.0) for r in range(n))
                  for e in range(4))
     s = dist_scenario("dist-local", n, rows, task=Task(metric="local"),
                       cfg={"val.patience": 1, "ddp.timeout_s": 8.0})
-    trace = _ended(ctx, s)
-    verdicts = {r.rank: [(v.epoch, v.improved, v.stop) for v in r.validations]
-                for r in trace.ranks}
-    if len({tuple(v) for v in verdicts.values()}) > 1 or not trace.completed:
+    return _ended(ctx, s)
+
+
+def _disagreement(clause: str, trace: Trace, what: str,
+                  pick: Callable[[Validation], tuple[int, bool]]) -> None:
+    seen = {r.rank: [pick(v) for v in r.validations] for r in trace.ranks}
+    if len({tuple(v) for v in seen.values()}) > 1 or not trace.completed:
         broken = [r for r in trace.ranks if r.status != "completed"]
         ending = f"; rank {broken[0].rank} then {broken[0].status}: {broken[0].error}" \
             if broken else ""
-        raise CheckFailed(f"DIST-2: handed rank-local scores, the ranks decided (epoch, "
-                          f"improved, stop) {verdicts}: one verdict per rank instead of one for "
-                          f"all{ending}", "\n".join(r.detail for r in broken))
+        raise CheckFailed(f"{clause}: handed rank-local scores, the ranks' (epoch, {what}) "
+                          f"were {seen}: one verdict per rank instead of one for all{ending}",
+                          "\n".join(r.detail for r in broken))
+
+
+@check("DIST-2", requires={"multi_rank", "early_stopping"}, multi_rank=True)
+def check_ranks_stop_together_on_rank_local_scores(ctx: CheckContext) -> str:
+    """Handed scores that differ by rank (unpooled), every rank still stops alike."""
+    _disagreement("DIST-2", _local_trace(ctx), "stop", lambda v: (v.epoch, v.stop))
+    return f"handed rank-local scores, all {ctx.world_size} ranks took one stop verdict"
+
+
+@check("DIST-3", requires={"multi_rank"}, multi_rank=True)
+def check_ranks_agree_on_best_on_rank_local_scores(ctx: CheckContext) -> str:
+    """Handed scores that differ by rank (unpooled), every rank agrees on the best."""
+    trace = _local_trace(ctx)
+    _disagreement("DIST-3", trace, "improved", lambda v: (v.epoch, v.improved))
     r0 = trace.rank0
     for r in trace.ranks[1:]:
         diff = weights_diff(r0.best_model, r.best_model)
         if diff is not None:
             raise CheckFailed(f"DIST-3: handed rank-local scores, rank {r.rank} kept other best "
                               f"weights than rank 0: {diff}")
-    return f"handed rank-local scores, all {n} ranks took one verdict per validation"
+    return f"handed rank-local scores, all {ctx.world_size} ranks agreed on each improvement"
 
 
 @check("DIST-5", requires={"multi_rank"}, multi_rank=True)
