@@ -1,0 +1,1 @@
+"""The worked examples of the docs' guides, run by tests/test_docs.py."""

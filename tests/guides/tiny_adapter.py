@@ -1,0 +1,65 @@
+"""The adapter that lets ``trainspec check`` drive the tiny loop of ``tiny_loop.py``.
+
+    trainspec check tests.guides.tiny_adapter:TinyAdapter --clauses LOOP,BEST,NAN,PAT \
+        --world-size 1
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tests.guides.tiny_loop import LoopConfig, fit
+from trainspec.conformance.adapter import Capability, RunContext
+from trainspec.conformance.scenario import Scenario
+from trainspec.conformance.trace import encode
+
+
+class TinyAdapter:
+    name = "tiny loop"
+
+    def capabilities(self) -> frozenset[Capability]:
+        # what the loop really does; no checkpoint, resume, debug or multi_rank: their
+        # clauses come out n/a
+        return frozenset({"early_stopping", "start_patience", "val_first", "val_every_n",
+                          "test_pass", "eval_only"})
+
+    def environment(self) -> dict[str, str | None]:
+        return {"framework": None, "trainer": "tests.guides.tiny_loop:fit"}
+
+    def run(self, scenario: Scenario, ctx: RunContext) -> None:
+        task, get = scenario.task, scenario.get
+        torch.manual_seed(get("seed"))
+        model = torch.nn.Linear(task.features, task.classes)
+        x = torch.randn(task.n_train, task.features)
+        y = (x.sum(dim=1) > 0).long()
+        batches = list(zip(torch.split(x, task.batch_size), torch.split(y, task.batch_size),
+                           strict=True))
+        seen: dict[str, Any] = {"epoch": None}  # the epoch in training: None before any
+
+        def log(event: str, **info: Any) -> None:  # the loop's log -> the suite's events
+            if event == "train_start":
+                seen["epoch"] = info["epoch"]
+                ctx.emit({"ev": event, "epoch": info["epoch"], "train_step": info["step"]})
+            elif event == "train_end":
+                ctx.emit({"ev": event, "epoch": info["epoch"], "train_step": info["step"],
+                          "batches": info["batches"], "optimizer_steps": info["batches"],
+                          "loader_len": len(batches)})
+            elif event == "val":
+                ctx.emit({"ev": event, **info, "weights": encode(model.state_dict())})
+            elif event == "end":
+                seen.update(step=info["step"], final=encode(model.state_dict()))
+
+        def scripted_score(_: torch.nn.Module) -> float:  # the scenario sets every score
+            return scenario.scores.pooled(seen["epoch"], ctx.world_size)
+
+        cfg = LoopConfig(num_epochs=get("num_epochs"), val_every_n_epochs=get(
+            "val.every_n_epochs"), val_first=get("val.first"), minimize=get("val.minimize"),
+            patience=get("val.patience"), start_patience=get("val.start_patience"),
+            test=get("test.enable"))
+        best = fit(model, torch.optim.Adam(model.parameters(), lr=task.lr), batches,
+                   scripted_score, cfg, log=log, test=lambda m: ctx.emit(
+                       {"ev": "test", "weights": encode(m.state_dict())}))
+        ctx.emit({"ev": "end", "train_step": seen["step"], "final_weights": seen["final"],
+                  "best_model": None if best is None else encode(best)})
