@@ -112,9 +112,13 @@ class CkptConfig:
     model_only: bool = False
     every_n_epochs: int | None = None
     save_last: bool = True
+    # false trades durability for speed: writes stay atomic against a crash of the process,
+    # but a power loss may lose the newest file (docs/benchmarks.md measures the cost)
+    fsync: bool = True
 
     def __post_init__(self) -> None:
         _bool("ckpt.enable", self.enable)
+        _bool("ckpt.fsync", self.fsync)
         if not isinstance(self.dir, str) or not self.dir:
             raise _fail("ckpt.dir", "a non-empty path", self.dir, "Set ckpt.dir to a folder.")
         if self.load_from is not None and (not isinstance(self.load_from, str)

@@ -412,7 +412,7 @@ class BaseTrainer(ABC):
 
     def _write_file(self, path: Path, state: dict[str, Any]) -> None:
         """Rank 0's atomic write; complete when this returns (DIST-4, CKPT-2)."""
-        save_checkpoint(path, state)
+        save_checkpoint(path, state, fsync=self.cfg.ckpt.fsync)
 
     def _load_checkpoint(self) -> dict[str, Any] | None:
         ckpt_cfg = self.cfg.ckpt

@@ -275,3 +275,22 @@ def test_sigterm_finishes_the_epoch_writes_last_pt_and_exits_resumably(
             preempted.validations + resumed.validations] == [
         (v.epoch, v.improved, v.stop) for v in full.validations]
     assert_same_weights(resumed.final_weights(), full.final_weights())
+
+
+@pytest.mark.clause("CKPT-2")
+def test_ckpt_fsync_false_skips_fsync_but_still_replaces_atomically(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    cfg = TrainConfig.from_mapping({"ckpt": {"dir": str(tmp_path), "fsync": False}})
+    assert cfg.ckpt.fsync is False
+    target = tmp_path / "last.pt"
+    save_checkpoint(target, {"epoch": 0}, fsync=cfg.ckpt.fsync)
+    assert synced == []
+    assert load_checkpoint(target)["epoch"] == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left
