@@ -57,6 +57,17 @@ def _ended(ctx: CheckContext, s: Scenario) -> Trace:
     return trace
 
 
+def _aftermath(trace: Trace) -> tuple[str, str]:
+    """How a split verdict ended: the first rank that did not complete, and every such rank's
+    traceback or stack (a rank left alone in a collective errors or hangs)."""
+    broken = [r for r in trace.ranks if r.status != "completed"]
+    if not broken:
+        return "", ""
+    first = broken[0]
+    return (f"; rank {first.rank} then {first.status}: {first.error}",
+            "\n".join(r.detail for r in broken))
+
+
 def _stop_epoch(r: RankTrace) -> int | None:
     return next((v.epoch for v in r.validations if v.stop), None)
 
@@ -90,12 +101,9 @@ def check_ranks_stop_together(ctx: CheckContext) -> str:
     stops = {r.rank: _stop_epoch(r) for r in trace.ranks}
     trained = {r.rank: r.epochs_trained for r in trace.ranks}
     if len(set(stops.values())) > 1 or len({tuple(t) for t in trained.values()}) > 1:
-        broken = [r for r in trace.ranks if r.status != "completed"]
-        ending = f"; rank {broken[0].rank} then {broken[0].status}: {broken[0].error}" \
-            if broken else ""
+        ending, detail = _aftermath(trace)
         raise CheckFailed(f"DIST-2: the ranks stopped after epochs {stops} and trained "
-                          f"{trained}; expected one verdict at one epoch{ending}",
-                          "\n".join(r.detail for r in broken))
+                          f"{trained}; expected one verdict at one epoch{ending}", detail)
     if not trace.completed:
         raise RunBroke(trace, s)
     match_decisions("DIST-2", s, trace, what="stop")
@@ -259,12 +267,10 @@ def _disagreement(clause: str, trace: Trace, what: str,
                   pick: Callable[[Validation], tuple[int, bool]]) -> None:
     seen = {r.rank: [pick(v) for v in r.validations] for r in trace.ranks}
     if len({tuple(v) for v in seen.values()}) > 1 or not trace.completed:
-        broken = [r for r in trace.ranks if r.status != "completed"]
-        ending = f"; rank {broken[0].rank} then {broken[0].status}: {broken[0].error}" \
-            if broken else ""
+        ending, detail = _aftermath(trace)
         raise CheckFailed(f"{clause}: handed rank-local scores, the ranks' (epoch, {what}) "
                           f"were {seen}: one verdict per rank instead of one for all{ending}",
-                          "\n".join(r.detail for r in broken))
+                          detail)
 
 
 @check("DIST-2", requires={"multi_rank", "early_stopping"}, multi_rank=True)
