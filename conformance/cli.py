@@ -120,6 +120,9 @@ def _build_parser() -> _Parser:
     check.add_argument("--report", type=Path, metavar="FILE.json", help="write the JSON report")
     check.add_argument("--junit", type=Path, metavar="FILE.xml", help="write JUnit XML")
     check.add_argument("--markdown", type=Path, metavar="FILE.md", help="write a Markdown report")
+    check.add_argument("-v", "--verbose", action="store_true",
+                       help="after the table, print every failing check's detail: traceback, "
+                       "stuck ranks' stacks, a property check's reproducer")
     check.add_argument("--save-baseline", type=Path, metavar="FILE.json",
                        help="save every checked clause's verdict as a baseline for --baseline")
     check.add_argument("--baseline", type=Path, metavar="FILE.json",
@@ -209,6 +212,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
                        deviations=deviations, on_result=progress, workers=args.workers,
                        profile=args.profile, fresh=args.fresh_processes)
     print(report.format_table(result, color=_use_color(sys.stdout)))
+    if args.verbose:
+        details = report.format_details(result)
+        if details:
+            print("\n" + details)
     comparison = None
     if baseline is not None:
         from trainspec.conformance.baseline import compare

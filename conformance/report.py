@@ -347,6 +347,21 @@ _COLORS: dict[Verdict, str] = {"pass": "32", "fail": "31;1", "deviation": "33", 
                                "error": "35;1", "timeout": "35;1"}
 
 
+def format_details(report: Report) -> str:
+    """Every check behind a clause that is not ``pass``: its outcome, evidence and detail (a
+    traceback, the stacks of stuck ranks, a property check's reproducer)."""
+    blocks: dict[str, str] = {}  # by check name: a check behind two clauses shows once
+    for clause in report.clauses:
+        if clause.verdict == "pass":
+            continue
+        for c in clause.checks:
+            if c.outcome == "passed" or c.name in blocks:
+                continue
+            block = f"--- {', '.join(c.clauses)} {c.name}: {c.outcome}\n{c.evidence}"
+            blocks[c.name] = block + ("\n" + c.detail.rstrip() if c.detail else "")
+    return "\n\n".join(blocks.values())
+
+
 def format_table(report: Report, *, color: bool) -> str:
     """The terminal table: ``ID  LEVEL  verdict  title``, evidence under every non-pass."""
     shown = _shown(report)

@@ -4,6 +4,10 @@ A subclass supplies :meth:`BaseTrainer.setup` and the epoch internals (:meth:`tr
 :meth:`val_epoch`, optionally :meth:`test`); the base owns the loop, checkpoints, resume, best-model
 selection, early stopping, debug mode and the process group. It is the seed's shape with the
 seed's weak points fixed; every choice below is a clause of the spec (docs/spec/).
+
+One module, longer than the house's usual: the loop and the state its checkpoints carry are one
+unit (what a checkpoint holds is what resume restores), and split in two each half would reach
+into the other's attributes.
 """
 
 from __future__ import annotations

@@ -237,3 +237,21 @@ def test_evidence_of_every_non_pass_clause_ends_with_its_docs_link(
     failure = ET.parse(tmp_path / "r.xml").getroot().find("testsuite/testcase/failure")
     assert failure is not None
     assert failure.get("message") == loop1
+
+
+def test_details_show_each_non_passing_check_once_with_its_detail() -> None:
+    failed = CheckResult(name="check_x", clauses=("RES-1", "RES-3"), outcome="failed",
+                         evidence="RES-1: went wrong", duration_s=0.1,
+                         detail="Traceback (most recent call last): boom")
+    passed = CheckResult(name="check_y", clauses=("RES-1",), outcome="passed", evidence="ok",
+                         duration_s=0.1)
+    clauses = tuple(
+        ClauseResult(id=cid, level="MUST", title=cid, verdict="fail", evidence="x",
+                     checks=(failed, passed))
+        for cid in ("RES-1", "RES-3"))
+    report = Report(trainspec="0.1.0", target="t", environment={}, clauses=clauses,
+                    duration_s=1.0)
+    text = writers.format_details(report)
+    assert text.count("check_x: failed") == 1
+    assert "Traceback (most recent call last): boom" in text
+    assert "check_y" not in text
