@@ -54,6 +54,17 @@ def rng_digests() -> dict[str, str]:
     return out
 
 
+def _draw_host_rngs() -> None:
+    """One draw from python's and numpy's global generators: their state then matters to a
+    resume, as it does for any pipeline that samples augmentations from them (RES-4)."""
+    random.random()
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.random()
+
+
 def newest_file(root: Path, name: str) -> Path | None:
     if not root.exists():
         return None
@@ -230,6 +241,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
             self.model.train()
             batches = steps = 0
             for i, (x, y) in enumerate(self.train_loader):
+                _draw_host_rngs()  # as a data pipeline's augmentations would
                 loss = functional.cross_entropy(self.model(x.to(device)), y.to(device)) / accum
                 loss.backward()  # type: ignore[no-untyped-call]
                 batches += 1

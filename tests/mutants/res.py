@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from trainspec.reference import BaseTrainer
 
 
@@ -81,3 +83,24 @@ class SkipsStateThatDoesNotFit(BaseTrainer):
                 continue
             loaded.append(name)
         return loaded
+
+
+class RestoresTorchRngOnly(BaseTrainer):
+    """Restores torch's generator but not python's or numpy's."""
+
+    def _restore_rng(self, ckpt: dict[str, Any]) -> None:
+        rng = ckpt.get("rng")
+        if isinstance(rng, list) and self.rank < len(rng):
+            torch.set_rng_state(rng[self.rank]["torch"])
+
+
+class SavesAStaleStepCount(BaseTrainer):
+    """Writes last.pt with a step counter one optimizer step behind."""
+
+    def _save(self, name: str) -> None:
+        step = self.train_step
+        self.train_step = step - 1 if name == "last.pt" else step
+        try:
+            super()._save(name)
+        finally:
+            self.train_step = step
