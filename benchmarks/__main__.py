@@ -2,7 +2,7 @@
 
     python -m benchmarks            # the full run, a few minutes on 2 cores
     python -m benchmarks --quick    # fewer repeats, for a smoke run
-    python -m benchmarks --only checkpoint,trainer --out /tmp/bench.md
+    python -m benchmarks --only checkpoint,trainer --out bench.md
 """
 
 from __future__ import annotations
