@@ -10,35 +10,17 @@ seed's keys, including the ones the seed reads outside the outline.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from trainspec.conformance.adapter import CAPABILITIES, Capability, RunContext
+from trainspec.conformance.adapter import CAPABILITIES, Capability, RunContext, load_object
 from trainspec.conformance.probe import make_probe
 from trainspec.conformance.scenario import Scenario
 from trainspec.errors import AdapterError
 
-__all__ = ["BaseTrainerAdapter", "load_object"]
+__all__ = ["BaseTrainerAdapter"]
 
 _REQUIRED = ("setup", "train_epoch", "val_epoch", "train", "save_if_best", "step_patience",
              "reduce_mean", "add_checkpoint_items", "make_ddp", "clip_and_log_grad_norm")
-
-
-def load_object(ref: str) -> Any:
-    """Import ``module:attribute`` (dotted attributes allowed)."""
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise AdapterError(f"{ref!r}: expected MODULE:OBJECT, e.g. mypkg.trainers:BaseTrainer")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise AdapterError(f"{ref!r}: cannot import module {module_name!r} ({e}). Make it "
-                           "importable from the current directory or the environment.") from e
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise AdapterError(f"{ref!r}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
 
 
 class BaseTrainerAdapter:

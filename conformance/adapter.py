@@ -10,12 +10,14 @@ Adapters run inside worker processes: the process running the suite never import
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from trainspec.conformance.scenario import CrashWhere, Scenario
+from trainspec.errors import AdapterError
 
-__all__ = ["CAPABILITIES", "Adapter", "Capability", "RunContext"]
+__all__ = ["CAPABILITIES", "Adapter", "Capability", "RunContext", "load_object"]
 
 Capability = Literal[
     "checkpoint",  # writes last.pt / best.pt / epoch_<e>.pt in the run directory
@@ -76,3 +78,20 @@ class Adapter(Protocol):
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
         """One run of the scenario on ``ctx.rank``; events go through ``ctx.emit``."""
         ...
+
+
+def load_object(ref: str) -> Any:
+    """Import ``module:attribute`` (dotted attributes allowed)."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise AdapterError(f"{ref!r}: expected MODULE:OBJECT, e.g. mypkg.trainers:BaseTrainer")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise AdapterError(f"{ref!r}: cannot import module {module_name!r} ({e}). Make it "
+                           "importable from the current directory or the environment.") from e
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise AdapterError(f"{ref!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj

@@ -282,7 +282,7 @@ def _run(req: dict[str, Any], adapter: Any) -> dict[str, Any]:
 def _load_adapter(spec: dict[str, Any], cache: dict[str, Any]) -> Any:
     key = json.dumps(spec, sort_keys=True)
     if key not in cache:
-        from trainspec.adapters.base_trainer import load_object
+        from trainspec.conformance.adapter import load_object
 
         factory = load_object(spec["factory"])
         cache[key] = factory(*spec.get("args", []))
