@@ -21,9 +21,10 @@ from trainspec.conformance.trace import FileRecord, RankTrace
 
 __all__: list[str] = []
 
-# what every checkpoint carries under the seed shape: progress, identity, config, and the
-# state of every registered item as "<name>_state_dict"
-REQUIRED_KEYS = ("epoch", "train_step", "run_id", "config")
+# what every checkpoint carries under the seed shape: progress, identity, config (the seed's
+# save_ckpt takes it as cfg), and the state of every registered item as "<name>_state_dict"
+REQUIRED_KEYS = ("epoch", "train_step", "run_id")
+CONFIG_KEYS = ("config", "cfg")
 ITEMS = ("model", "optimizer", "scheduler")
 
 
@@ -32,12 +33,15 @@ def _content_problem(f: FileRecord) -> str | None:
         return f"does not load with weights_only=True ({f.error})"
     content = f.content or {}
     missing = [k for k in REQUIRED_KEYS if k not in content]
+    config = next((content[k] for k in CONFIG_KEYS if k in content), None)
+    if config is None:
+        missing.append("config")
     missing += [f"{i}_state_dict" for i in ITEMS if f"{i}_state_dict" not in content]
     if missing:
         return f"lacks {', '.join(missing)}"
     if not isinstance(content["epoch"], int) or not isinstance(content["train_step"], int):
         return "has a non-integer epoch or train_step"
-    if not isinstance(content["run_id"], str) or not isinstance(content["config"], dict):
+    if not isinstance(content["run_id"], str) or not isinstance(config, dict):
         return "has a run_id that is not a string or a config that is not a plain mapping"
     return None
 

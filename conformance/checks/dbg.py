@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.scenario import Scenario, Task
 from trainspec.conformance.trace import RankTrace
@@ -110,6 +110,9 @@ def check_debug_disables_prediction_dumps(ctx: CheckContext) -> str:
     """Debug turns prediction dumps off (a truncated dump would be scored as a whole one)."""
     r = _run(ctx, debug_scenario("dbg-preds", **{"save_preds.enable": True}))
     seen = (r.setup or {}).get("cfg_seen", {}).get("save_preds.enable")
+    if seen is None:
+        raise NotApplicable("the trainer's config has no save_preds.enable: it has no "
+                            "prediction dumps for debug mode to turn off")
     if seen is not False:
         raise CheckFailed(f"DBG-6: with save_preds.enable=true, debug mode left "
                           f"save_preds.enable={seen!r} in the config the trainer sees; "

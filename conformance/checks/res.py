@@ -8,6 +8,8 @@ the best weights and ``best.pt``, then the final weights.
 
 from __future__ import annotations
 
+import re
+
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import (
     ResumePair,
@@ -210,13 +212,17 @@ def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
         if item not in message:
             raise CheckFailed(f"RES-5: resuming with {what} failed without naming '{item}': "
                               f"{bad[0].error}")
-        if not any(w in message.lower() for w in ("model_only", "resume=false", "finetune",
-                                                  "resume: false", "resume false")):
+        if not WAY_OUT.search(message):
             raise CheckFailed(f"RES-5: resuming with {what} failed without naming the way "
                               f"out (a finetune: ckpt.model_only / ckpt.resume=false): "
                               f"{bad[0].error}")
     return "another optimizer, an extra param group and an extra scheduler each raised, " \
         "naming the item and the finetune way out"
+
+
+# the way out of a resume that does not fit: a finetune, by model_only or by resume=false
+WAY_OUT = re.compile(r"model[_ ]only|finetun|fine-tun|resume\W{0,3}(=|:|to|is)?\W{0,3}false",
+                     re.IGNORECASE)
 
 
 def _last_line(text: str) -> str:
