@@ -80,6 +80,13 @@ class Adapter(Protocol):
         ...
 
 
+# Optional on an adapter: ``describe_checkpoints(root: Path) -> list[dict]``, run in a worker
+# after each run, describing every file under ``root`` for the checkpoint clauses (role "last",
+# "best" or "epoch", epoch, step, top-level keys and types, load error; see
+# ``trainspec.conformance.files``). Without it the seed's names and keys are assumed
+# (``describe_seed_files``): last.pt, best.pt, epoch_<e>.pt holding epoch and train_step.
+
+
 def load_object(ref: str) -> Any:
     """Import ``module:attribute`` (dotted attributes allowed)."""
     module_name, sep, attr = ref.partition(":")

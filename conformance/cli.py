@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
-import json
 import os
 import signal
 import sys
@@ -153,8 +151,9 @@ def _build_parser() -> _Parser:
 
     matrix = sub.add_parser("matrix", help="check every installed built-in target side by side",
                             description="Run `check` on every built-in target whose adapter "
-                            "and framework are installed; write matrix.json and matrix.md. "
-                            "Exit status 0 once written, whatever the verdicts.")
+                            "and framework are installed; write matrix.json, matrix.md and "
+                            "matrix.html. Exit status 0 once written, whatever the verdicts; "
+                            "2 when no target could be checked.")
     matrix.add_argument("--out", type=Path, default=Path("trainspec-matrix"), metavar="DIR",
                         help="output folder (default: trainspec-matrix)")
     _add_run_options(matrix, base_trainer=False)
@@ -322,66 +321,25 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------- matrix
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
-    from trainspec.conformance import api, report
-    from trainspec.conformance.targets import BUILTIN_TARGETS
+    from trainspec.conformance import matrix as matrices
+    from trainspec.conformance.report import format_summary
 
-    registry.select(args.clauses)
-    reports: dict[str, Report] = {}
-    missing: dict[str, str] = {}
-    for name, spec in BUILTIN_TARGETS.items():
-        module = spec.factory.partition(":")[0]
-        if importlib.util.find_spec(module) is None:
-            missing[name] = f"adapter module {module} not found"
-        else:
-            print(f"trainspec matrix: checking {name}", file=sys.stderr, flush=True)
-            try:
-                reports[name] = api.check(name, clauses=args.clauses,
-                                          world_size=args.world_size, timeout_s=args.timeout)
-            except AdapterError as e:
-                missing[name] = str(e).splitlines()[0]
-        if name in missing:
-            print(f"trainspec matrix: {name}: not installed ({missing[name]}); skipped",
-                  file=sys.stderr)
-    if not reports:
-        raise UsageError("matrix: no built-in target could be checked (none installed: "
-                         f"{', '.join(missing)}). Install a framework, e.g. "
-                         "pip install 'trainspec[lightning]'.")
-    out: Path = args.out
-    data = {"trainspec": next(iter(reports.values())).trainspec,
-            "targets": {name: report.to_json(r) for name, r in reports.items()},
-            "not_installed": missing, "complete": True}
-    _write_text(out / "matrix.json", json.dumps(data, indent=2) + "\n")
-    _write_text(out / "matrix.md", _matrix_markdown(reports, missing))
-    for name, r in reports.items():
-        print(f"{name}: {report.format_summary(r)}")
-    print(f"wrote {out / 'matrix.json'} and {out / 'matrix.md'}")
+    registry.select(args.clauses)  # a bad --clauses fails before any worker starts
+    result = matrices.check_targets(
+        clauses=args.clauses, world_size=args.world_size, timeout_s=args.timeout,
+        progress=lambda line: print(line, file=sys.stderr, flush=True))
+    if not result.reports:
+        raise UsageError("matrix: no built-in target could be checked (not installed: "
+                         + "; ".join(f"{n}: {why}" for n, why in result.not_installed.items())
+                         + "). Install a framework, e.g. pip install 'trainspec[lightning]'.")
+    written = matrices.write(result, args.out)
+    width = max(len(n) for n in [*result.reports, *result.not_installed])
+    for name, r in result.reports.items():
+        print(f"{name + ':':<{width + 1}} {format_summary(r)}")
+    for name, why in result.not_installed.items():
+        print(f"{name + ':':<{width + 1}} not installed ({why})")
+    print(f"wrote {', '.join(str(p) for p in written)}")
     return 0
-
-
-def _matrix_markdown(reports: dict[str, Report], missing: dict[str, str]) -> str:
-    names = list(reports)
-    lines = ["## trainspec conformance matrix", "",
-             "| Clause | Level | " + " | ".join(names) + " |",
-             "|---|---|" + "---|" * len(names)]
-    for clause in registry.CLAUSES:
-        cells = [reports[n].clause(clause.id).verdict for n in names]
-        lines.append(f"| {clause.id} {clause.title} | {clause.level} | " + " | ".join(cells)
-                     + " |")
-    lines += ["", "| Target | Conformant |", "|---|---|"]
-    lines += [f"| {n} | {'yes' if r.conformant else 'no'} |" for n, r in reports.items()]
-    if missing:
-        lines += ["", "Not installed: " + ", ".join(f"{n} ({why})" for n, why in
-                                                     missing.items()) + "."]
-    return "\n".join(lines) + "\n"
-
-
-def _write_text(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"--out {path.parent}: cannot write {path.name} ({e}). Give a "
-                         "writable folder.") from None
 
 
 def _silence_stdout() -> None:

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import torch
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from trainspec.conformance.scenario import Scenario
@@ -190,13 +189,25 @@ class World:
                              "job_dir": str(job_dir), "ckpt_root": str(ckpt_root),
                              "timeout_s": timeout_s, "env": rank_env})
             replies = self._collect(timeout_s)
+            files = self._describe_files(adapter, ckpt_root)
         finally:
             del store
         duration = time.monotonic() - started
         ranks = tuple(self._rank_trace(rank, job_dir, reply) for rank, reply in
                       enumerate(replies))
-        return Trace(scenario_name=scenario.name, ranks=ranks, files=collect_files(ckpt_root),
+        return Trace(scenario_name=scenario.name, ranks=ranks, files=files,
                      duration_s=duration)
+
+    def _describe_files(self, adapter: AdapterSpec, root: Path) -> tuple[FileRecord, ...]:
+        """What the run left under ``root``, described by the adapter in a worker."""
+        worker = self.workers[0]
+        worker.send({"op": "files", "adapter": adapter.to_json(), "ckpt_root": str(root),
+                     "preload": list(adapter.preload)})
+        reply = self._collect_one(worker, _START_TIMEOUT_S)
+        if "files" not in reply:
+            raise HarnessError(f"{adapter.factory}: describing the checkpoint files failed: "
+                               f"{reply.get('error')}\n{reply.get('traceback', '')}")
+        return tuple(FileRecord.from_json(entry) for entry in reply["files"])
 
     def run_property(self, name: str, *, adapter: AdapterSpec, max_examples: int,
                      timeout_s: float) -> dict[str, Any]:
@@ -268,30 +279,6 @@ class World:
         for worker in self.workers:
             worker.close()
         self.workers = []
-
-
-def collect_files(root: Path) -> tuple[FileRecord, ...]:
-    """Every file under ``root``; ``.pt`` files loaded with ``weights_only=True``."""
-    records = []
-    if not root.exists():
-        return ()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        stat = path.stat()
-        content: dict[str, Any] | None = None
-        error: str | None = None
-        if path.suffix == ".pt":
-            try:
-                loaded = torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as e:  # judged by the checks, never trusted
-                error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            else:
-                if isinstance(loaded, dict):
-                    content = loaded
-                else:
-                    error = f"not a dict but a {type(loaded).__name__}"
-        records.append(FileRecord(relpath=str(path.relative_to(root)), size=stat.st_size,
-                                  mtime_ns=stat.st_mtime_ns, content=content, error=error))
-    return tuple(records)
 
 
 class Harness:

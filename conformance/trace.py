@@ -149,22 +149,40 @@ class RankTrace:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FileRecord:
-    """A file left under the run's checkpoint folder, loaded with ``weights_only=True``."""
+    """A file left under the run's checkpoint folder, as its adapter describes it.
+
+    ``role`` is "last", "best" or "epoch" for a checkpoint, None for anything else;
+    ``keys``/``types`` are its top-level entries; ``error`` says why it does not load
+    (weights-only).
+    """
 
     relpath: str
     size: int
     mtime_ns: int
-    content: dict[str, Any] | None
-    error: str | None
+    role: str | None = None
+    epoch: int | None = None
+    step: int | None = None
+    keys: tuple[str, ...] = ()
+    types: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
 
     @property
     def name(self) -> str:
         return Path(self.relpath).name
 
-    @property
-    def epoch(self) -> int | None:
-        value = None if self.content is None else self.content.get("epoch")
-        return value if isinstance(value, int) else None
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> FileRecord:
+        def integer(value: object) -> int | None:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        role = entry.get("role")
+        return cls(relpath=str(entry["relpath"]), size=int(entry.get("size", 0)),
+                   mtime_ns=int(entry.get("mtime_ns", 0)),
+                   role=role if role in ("last", "best", "epoch") else None,
+                   epoch=integer(entry.get("epoch")), step=integer(entry.get("step")),
+                   keys=tuple(str(k) for k in entry.get("keys", ())),
+                   types={str(k): str(v) for k, v in dict(entry.get("types", {})).items()},
+                   error=None if entry.get("error") is None else str(entry["error"]))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,13 +202,14 @@ class Trace:
     def completed(self) -> bool:
         return all(r.status == "completed" for r in self.ranks)
 
-    def newest(self, name: str) -> FileRecord | None:
-        """The newest file of that name across run directories (a resume may use a new one)."""
-        matches = [f for f in self.files if f.name == name]
+    def newest(self, role: str) -> FileRecord | None:
+        """The newest checkpoint of that role ("last", "best", "epoch") across run directories
+        (a resume may write into a new one)."""
+        matches = [f for f in self.files if f.role == role]
         return max(matches, key=lambda f: f.mtime_ns) if matches else None
 
-    def named(self, name: str) -> list[FileRecord]:
-        return [f for f in self.files if f.name == name]
+    def with_role(self, role: str) -> list[FileRecord]:
+        return [f for f in self.files if f.role == role]
 
 
 def parse_rank(rank: int, events: Sequence[dict[str, Any]], status: RunStatus, error: str,

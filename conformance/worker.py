@@ -279,6 +279,16 @@ def _run(req: dict[str, Any], adapter: Any) -> dict[str, Any]:
     return {"status": "exited", "code": code}
 
 
+def _describe_files(adapter: Any, root: Path) -> list[dict[str, Any]]:
+    """The adapter's description of the files a run left (the seed's names by default)."""
+    from trainspec.conformance.files import describe_seed_files
+
+    describe = getattr(adapter, "describe_checkpoints", None)
+    entries = describe(root) if callable(describe) else describe_seed_files(root)
+    json.dumps(entries)  # JSON or nothing: a TypeError here becomes a worker_error reply
+    return list(entries)
+
+
 def _load_adapter(spec: dict[str, Any], cache: dict[str, Any]) -> Any:
     key = json.dumps(spec, sort_keys=True)
     if key not in cache:
@@ -330,6 +340,8 @@ def _serve(proto: IO[str]) -> None:
                     reply["environment"] = environment
                 elif req["op"] in ("run", "property"):
                     reply.update(_run(req, adapter))
+                elif req["op"] == "files":
+                    reply["files"] = _describe_files(adapter, Path(req["ckpt_root"]))
                 else:
                     raise ValueError(f"unknown op {req['op']!r}")
         except (Exception, SystemExit) as e:  # an adapter module may sys.exit on import

@@ -63,7 +63,7 @@ def interrupt_and_resume(ctx: CheckContext, clause: str, s: Scenario,
 def resume_after(ctx: CheckContext, clause: str, s: Scenario, interrupted: Trace, root: Path,
                  how: str) -> ResumePair:
     """Resume ``s`` from the newest last.pt an interrupted run left under ``root``."""
-    last = interrupted.newest("last.pt")
+    last = interrupted.newest("last")
     if last is None:
         raise CheckFailed(f"{clause}: {how}, the run left no last.pt to resume from (CKPT-1 "
                           "asks for one every epoch)")
@@ -89,7 +89,7 @@ def source_checkpoint(ctx: CheckContext, clause: str, s: Scenario) -> tuple[Trac
     trace = ctx.harness.run(s, adapter=ctx.adapter, ckpt_root=root)
     if not trace.completed:
         raise RunBroke(trace, s)
-    last = trace.newest("last.pt")
+    last = trace.newest("last")
     if last is None or last.error:
         raise CheckFailed(f"{clause}: the source run left no loadable last.pt "
                           f"({'missing' if last is None else last.error})")

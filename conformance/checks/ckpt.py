@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 
 import torch
@@ -31,17 +30,18 @@ ITEMS = ("model", "optimizer", "scheduler")
 def _content_problem(f: FileRecord) -> str | None:
     if f.error:
         return f"does not load with weights_only=True ({f.error})"
-    content = f.content or {}
-    missing = [k for k in REQUIRED_KEYS if k not in content]
-    config = next((content[k] for k in CONFIG_KEYS if k in content), None)
+    keys = set(f.keys)
+    missing = [k for k in REQUIRED_KEYS if k not in keys]
+    config = next((k for k in CONFIG_KEYS if k in keys), None)
     if config is None:
         missing.append("config")
-    missing += [f"{i}_state_dict" for i in ITEMS if f"{i}_state_dict" not in content]
+    missing += [f"{i}_state_dict" for i in ITEMS if f"{i}_state_dict" not in keys]
     if missing:
         return f"lacks {', '.join(missing)}"
-    if not isinstance(content["epoch"], int) or not isinstance(content["train_step"], int):
+    if f.epoch is None or f.step is None:
         return "has a non-integer epoch or train_step"
-    if not isinstance(content["run_id"], str) or not isinstance(config, dict):
+    config_type = None if config is None else f.types.get(config)
+    if f.types.get("run_id") != "str" or config_type not in ("dict", "OrderedDict"):
         return "has a run_id that is not a string or a config that is not a plain mapping"
     return None
 
@@ -58,25 +58,24 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
             raise CheckFailed(f"CKPT-1: when epoch {e.epoch} started, last.pt said epoch "
                               f"{e.last_file_epoch}; expected {e.epoch - 1} (last.pt is written "
                               "after every epoch)")
-    epochs = sorted(f.epoch for f in trace.files if f.name.startswith("epoch_")
-                    and f.epoch is not None)
-    names = sorted(f.name for f in trace.files if f.name.startswith("epoch_"))
-    if names != ["epoch_0.pt", "epoch_2.pt", "epoch_4.pt"] or epochs != [0, 2, 4]:
+    periodic = trace.with_role("epoch")
+    epochs = sorted(f.epoch for f in periodic if f.epoch is not None)
+    names = sorted(f.name for f in periodic)
+    if len(periodic) != 3 or epochs != [0, 2, 4]:
         raise CheckFailed(f"CKPT-1: with ckpt.every_n_epochs=2 over 5 epochs the run wrote "
                           f"{names} (epochs {epochs}); expected epoch_0.pt, epoch_2.pt, "
                           "epoch_4.pt holding epochs 0, 2, 4")
     for f in trace.files:
-        if f.name.endswith(".pt"):
+        if f.role is not None:
             problem = _content_problem(f)
             if problem:
                 raise CheckFailed(f"CKPT-1: {f.name} {problem}")
-    last = trace.newest("last.pt")
+    last = trace.newest("last")
     if last is None or last.epoch != 4:
         raise CheckFailed(f"CKPT-1: the final last.pt says epoch "
                           f"{None if last is None else last.epoch}, expected 4")
     off = make_scenario("ckpt-no-last", [0.1, 0.2], cfg={"ckpt.save_last": False})
-    written = sorted(f.name for f in ctx.completed(off).files
-                     if f.name == "last.pt" or f.name.startswith("epoch_"))
+    written = sorted(f.name for f in ctx.completed(off).files if f.role in ("last", "epoch"))
     if written:
         raise CheckFailed(f"CKPT-1: with ckpt.save_last=false and every_n_epochs unset the "
                           f"run wrote {written}; expected no last.pt and no epoch_<e>.pt")
@@ -116,9 +115,6 @@ def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
     return "missing path: error names it; truncated file: error names it"
 
 
-STANDARD = re.compile(r"^(last|best|epoch_\d+)\.pt$")
-
-
 @check("CKPT-2", requires={"checkpoint"})
 def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
     """SIGKILL part-way through a checkpoint write leaves a loadable file at that path."""
@@ -134,11 +130,11 @@ def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
         written = f"killed after writing {fraction:.0%} of its first checkpoint of epoch 2 " \
             f"({torn[0].get('bytes')} bytes)"
         for f in trace.files:
-            if STANDARD.match(f.name) and f.error:
+            if f.role is not None and f.error:
                 raise CheckFailed(f"CKPT-2: {written}, {f.name} no longer loads ({f.error}): "
                                   "write to a temporary file in the same folder, fsync, then "
                                   "os.replace it over the old one")
-        last = trace.newest("last.pt")
+        last = trace.newest("last")
         if last is None or last.epoch not in (1, 2):
             raise CheckFailed(f"CKPT-2: {written}, last.pt says epoch "
                               f"{None if last is None else last.epoch}; expected epoch 1 (the "
@@ -195,7 +191,7 @@ def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
     signalled = kinds.index("crash") if "crash" in kinds else len(kinds)
     writes = [e for e in r.events[signalled:] if e.get("ev") == "write"]
     if not writes:
-        last = interrupted.newest("last.pt")
+        last = interrupted.newest("last")
         raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process ended "
                           f"({r.status}: {r.error}) without writing a checkpoint; last.pt says "
                           f"epoch {None if last is None else last.epoch}. Handle SIGTERM: "

@@ -61,8 +61,7 @@ def check_resume_continues_at_the_next_epoch(ctx: CheckContext) -> str:
     """
     for crash, pair in _pairs(ctx, "RES-1"):
         k = pair.checkpoint.epoch
-        content = pair.checkpoint.content or {}
-        step = content.get("train_step")
+        step = pair.checkpoint.step
         if k is None or not isinstance(step, int):
             raise CheckFailed(f"RES-1: the last.pt left when {_at(crash)} has no integer epoch "
                               f"and train_step (found epoch={k!r}, train_step={step!r})")
@@ -119,7 +118,7 @@ def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
     whole = ctx.completed(s)
     w = whole.rank0
     want = [(v.epoch, v.improved, v.stop) for v in w.validations]
-    want_best = whole.newest("best.pt")
+    want_best = whole.newest("best")
     for crash, pair in _pairs(ctx, "RES-3"):
         k = pair.ckpt_epoch
         seen = combined_decisions(pair)
@@ -133,7 +132,7 @@ def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
         if diff is not None:
             raise CheckFailed(f"RES-3: {_at(crash)}, the resumed run ends with other best "
                               f"weights than the uninterrupted run: {diff}")
-        best = pair.resumed.newest("best.pt")
+        best = pair.resumed.newest("best")
         if want_best is not None and (best is None or best.epoch != want_best.epoch):
             raise CheckFailed(
                 f"RES-3: {_at(crash)}, the newest best.pt says epoch "

@@ -1,0 +1,1 @@
+"""Adapters whose checkpoint files are described their own way."""

@@ -1,0 +1,16 @@
+"""An adapter that runs the reference but describes no file as a checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainspec.adapters.base_trainer import BaseTrainerAdapter
+from trainspec.conformance.files import describe_seed_files
+
+
+class BlindToCheckpoints(BaseTrainerAdapter):
+    """Every file loses its role: the checkpoint clauses must see no checkpoint at all."""
+
+    def describe_checkpoints(self, root: Path) -> list[dict[str, Any]]:
+        return [{**entry, "role": None} for entry in describe_seed_files(root)]

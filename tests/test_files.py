@@ -1,0 +1,72 @@
+"""Checkpoint files as the checks see them: roles, progress and keys, described by adapters."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainspec.conformance.checks import CHECKS, run_check
+from trainspec.conformance.files import describe_seed_files, seed_role
+from trainspec.conformance.harness import AdapterSpec, Harness
+from trainspec.conformance.runner import open_context, resolve_target
+from trainspec.conformance.trace import FileRecord
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _RunsCode:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.mkdir, (self.marker,))
+
+
+def test_seed_names_map_to_roles_and_temporaries_to_none() -> None:
+    assert [seed_role(n) for n in ("last.pt", "best.pt", "epoch_12.pt", ".last.pt.7.tmp",
+                                   "metrics.jsonl")] == ["last", "best", "epoch", None, None]
+
+
+def test_a_seed_checkpoint_is_described_by_its_progress_and_keys(tmp_path: Path) -> None:
+    torch.save({"epoch": 3, "train_step": 12, "run_id": "r", "config": {}}, tmp_path / "last.pt")
+    (entry,) = describe_seed_files(tmp_path)
+    record = FileRecord.from_json(entry)
+    assert (record.role, record.epoch, record.step, record.error) == ("last", 3, 12, None)
+    assert record.keys == ("config", "epoch", "run_id", "train_step")
+    assert record.types["run_id"] == "str"
+
+
+def test_describing_a_malicious_checkpoint_records_an_error_and_runs_nothing(
+        tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    torch.save({"epoch": 0, "payload": _RunsCode(str(marker))}, tmp_path / "best.pt")
+    (entry,) = describe_seed_files(tmp_path)
+    assert entry["error"]
+    assert not marker.exists()
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), previous) if p)
+    try:
+        with Harness(resolve_target("reference").adapter) as h:
+            yield h
+    finally:
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
+
+
+def test_the_checks_read_the_adapters_own_description_of_its_files(harness: Harness) -> None:
+    target = resolve_target("tests.file_roles.blind:BlindToCheckpoints")
+    assert target.adapter == AdapterSpec(factory="tests.file_roles.blind:BlindToCheckpoints")
+    ctx, _ = open_context(target, harness, world_size=1)
+    result = run_check(CHECKS["check_checkpoint_files_and_contents"], ctx)
+    assert result.outcome == "failed"
+    assert "expected epoch_0.pt" in result.evidence
