@@ -175,8 +175,8 @@ class World:
         store = None
         env: dict[str, str] = {}
         if self.size > 1:
-            store = TCPStore("127.0.0.1", 0, world_size=self.size,
-                                               is_master=True, wait_for_workers=False)
+            store = TCPStore("127.0.0.1", 0, world_size=self.size, is_master=True,
+                             wait_for_workers=False)
             env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
                    "WORLD_SIZE": str(self.size), "TORCHELASTIC_USE_AGENT_STORE": "True"}
         started = time.monotonic()
