@@ -29,7 +29,8 @@ from trainspec.conformance.scenario import CrashWhere, Scenario, Task
 from trainspec.conformance.trace import encode
 from trainspec.errors import AdapterError
 
-__all__ = ["make_probe", "newest_file", "snapshot_file"]
+__all__ = ["make_probe", "newest_file", "rng_digests", "snapshot_file", "task_data",
+           "task_model"]
 
 
 def _plain_weights(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -108,7 +109,7 @@ def snapshot_file(path: Path | None) -> dict[str, Any] | None:
     return out
 
 
-def _data(task: Task, seed: int) -> dict[str, TensorDataset]:
+def task_data(task: Task, seed: int) -> dict[str, TensorDataset]:
     g = torch.Generator().manual_seed(1234 + seed)
     splits = {}
     for name, n in (("train", task.n_train), ("val", task.n_val), ("test", task.n_test)):
@@ -120,7 +121,7 @@ def _data(task: Task, seed: int) -> dict[str, TensorDataset]:
     return splits
 
 
-def _model(task: Task) -> torch.nn.Module:
+def task_model(task: Task) -> torch.nn.Module:
     if task.hidden:
         return torch.nn.Sequential(torch.nn.Linear(task.features, task.hidden), torch.nn.Tanh(),
                                    torch.nn.Linear(task.hidden, task.classes))
@@ -151,8 +152,8 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
 
         def setup(self, ckpt: dict[str, Any] | None) -> None:
             seed = int(_cfg(self.cfg, "seed", 0))
-            splits = _data(task, seed)
-            model = _model(task)
+            splits = task_data(task, seed)
+            model = task_model(task)
             if ckpt is not None:
                 model.load_state_dict(model_state_of(ckpt))
             self.model = self.make_ddp(model)

@@ -21,6 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trainspec.conformance.adapter import CAPABILITIES
 from trainspec.conformance.checks.base import CheckFailed
 from trainspec.conformance.checks.common import fmt_scores, label, match_decisions, same_weights
 from trainspec.conformance.oracle import Outcome, decide
@@ -67,25 +68,33 @@ def _score() -> st.SearchStrategy[float]:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, *, nonfinite_first: bool = False) -> Scenario:
-    """Scores, patience, start_patience, direction, val.first, the validation interval."""
-    num_epochs = draw(st.integers(0, 6))
+def scenarios(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES,
+              nonfinite_first: bool = False) -> Scenario:
+    """Scores, patience, start_patience, direction, val.first, the validation interval.
+
+    Only what the target declares is drawn: a key it cannot express stays at its default.
+    """
+    num_epochs = draw(st.integers(0 if "eval_only" in caps else 1, 6))
     scores = draw(st.lists(_score(), min_size=num_epochs, max_size=num_epochs))
     if nonfinite_first and scores:
         lead = draw(st.integers(1, len(scores)))
         scores[:lead] = draw(st.lists(st.sampled_from(NONFINITE), min_size=lead,
                                       max_size=lead))
-    first = draw(st.one_of(st.none(), _score()))
+    first = draw(st.one_of(st.none(), _score())) if "val_first" in caps else None
     scenario = Scenario(name="property", scores=ScoreScript.of(scores, first))
+
+    def maybe(capability: str, strategy: st.SearchStrategy[Any], default: Any) -> Any:
+        return draw(strategy) if capability in caps else default
+
     return scenario.with_config(**{
         "num_epochs": num_epochs,
         "val.first": first is not None,
-        "val.every_n_epochs": draw(st.integers(1, 3)),
+        "val.every_n_epochs": maybe("val_every_n", st.integers(1, 3), 1),
         "val.minimize": draw(st.booleans()),
-        "val.patience": draw(st.one_of(st.none(), st.integers(1, 4))),
-        "val.start_patience": draw(st.integers(0, 3)),
-        "ckpt.enable": draw(st.booleans()),
-        "test.enable": draw(st.booleans()),
+        "val.patience": maybe("early_stopping", st.one_of(st.none(), st.integers(1, 4)), None),
+        "val.start_patience": maybe("start_patience", st.integers(0, 3), 0),
+        "ckpt.enable": maybe("checkpoint", st.booleans(), False),
+        "test.enable": maybe("test_pass", st.booleans(), False),
     })
 
 
@@ -131,15 +140,16 @@ def _improvements(clause: str) -> Callable[[Scenario, Trace], None]:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PropertySpec:
     clause: str
-    strategy: st.SearchStrategy[Scenario]
+    nonfinite_first: bool
     judge: Callable[[Scenario, Trace], None]
 
 
 PROPERTIES: dict[str, PropertySpec] = {
-    "decisions": PropertySpec(clause="PAT-5", strategy=scenarios(), judge=_decisions("PAT-5")),
-    "improvements": PropertySpec(clause="BEST-1", strategy=scenarios(),
+    "decisions": PropertySpec(clause="PAT-5", nonfinite_first=False,
+                              judge=_decisions("PAT-5")),
+    "improvements": PropertySpec(clause="BEST-1", nonfinite_first=False,
                                  judge=_improvements("BEST-1")),
-    "nonfinite": PropertySpec(clause="NAN-2", strategy=scenarios(nonfinite_first=True),
+    "nonfinite": PropertySpec(clause="NAN-2", nonfinite_first=True,
                               judge=_improvements("NAN-2")),
 }
 
@@ -172,7 +182,8 @@ def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -
 
     test = settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
                     suppress_health_check=list(HealthCheck), print_blob=False)(
-        given(spec.strategy)(run_once))
+        given(scenarios(caps=frozenset(adapter.capabilities()),
+                        nonfinite_first=spec.nonfinite_first))(run_once))
     try:
         test()
     except Exception as e:  # CheckFailed, or a group of distinct failures hypothesis found

@@ -1,0 +1,387 @@
+"""The adapter for PyTorch Lightning (``trainspec check lightning``).
+
+Lightning is configured the way its documentation tells a user to, for the scenario's keys,
+and never bent to pass a check:
+
+- ``ModelCheckpoint(dirpath=ckpt_root, filename="best", monitor="score", mode=...,
+  save_last=ckpt.save_last)`` keeps the best model and ``last.ckpt``; a second
+  ``ModelCheckpoint(every_n_epochs=ckpt.every_n_epochs, save_top_k=-1)`` keeps the periodic
+  ``epoch=N-step=M.ckpt`` files when that key is set;
+- ``EarlyStopping(monitor="score", mode=..., patience=val.patience)`` only when patience is set
+  (Lightning's EarlyStopping has no counterpart of ``val.start_patience``);
+- ``Trainer(max_epochs=num_epochs, check_val_every_n_epoch=val.every_n_epochs,
+  accumulate_grad_batches=grad_accum_steps, gradient_clip_val=grad_clip, ...)`` on one CPU;
+- resume: ``trainer.fit(..., ckpt_path=ckpt.load_from)``; finetune: the checkpoint's
+  ``state_dict`` loaded into the module, then a fresh fit; debug: ``fast_dev_run=True``;
+- the test pass: ``trainer.test(ckpt_path="best")`` when a best checkpoint exists.
+
+The LightningModule trains the suite's task (the probe's data and model recipe) and logs the
+scripted score as the monitored metric ``score``. A small callback turns Lightning's hooks into
+the suite's events. A validation's ``improved`` is whether ModelCheckpoint's best model changed
+at that validation, its ``stop`` is ``trainer.should_stop`` after EarlyStopping ran: both are
+read once every callback has acted on the validation (at the next epoch's start, or when
+training ends), because Lightning runs its monitoring callbacks after the user's.
+
+Lightning is imported inside the methods only: importing this module never imports it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn import functional
+from torch.utils.data import DataLoader
+
+from trainspec.conformance.adapter import Capability, RunContext
+from trainspec.conformance.probe import rng_digests, task_data, task_model
+from trainspec.conformance.scenario import Scenario
+from trainspec.conformance.trace import encode
+
+__all__ = ["LightningAdapter"]
+
+MONITOR = "score"
+_PREFIX = "net."  # the module's attribute holding the task's model
+_EPOCH_FILE = re.compile(r"^epoch=(\d+)-step=(\d+)(-v\d+)?\.ckpt$")
+
+
+def _weights(net: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in net.state_dict().items()}
+
+
+def _role(name: str) -> str | None:
+    """The role of a Lightning checkpoint file under this adapter's names."""
+    if not name.endswith(".ckpt"):
+        return None
+    if re.match(r"^last(-v\d+)?\.ckpt$", name):
+        return "last"
+    if re.match(r"^best(-v\d+)?\.ckpt$", name):
+        return "best"
+    return "epoch" if _EPOCH_FILE.match(name) else None
+
+
+def _load(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A Lightning checkpoint loaded weights-only, or the reason it does not load so."""
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # the file is what is being judged: record, do not raise
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if not isinstance(content, dict):
+        return None, f"not a dict but a {type(content).__name__}"
+    return content, None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _net_state(content: dict[str, Any]) -> dict[str, torch.Tensor]:
+    state = content.get("state_dict", {})
+    return {k.removeprefix(_PREFIX): v for k, v in state.items()
+            if isinstance(v, torch.Tensor) and k.startswith(_PREFIX)}
+
+
+def _snapshot(path: Path | None) -> dict[str, Any] | None:
+    """Identity and content of a checkpoint file, in the suite's BestFile shape."""
+    if path is None or not path.is_file():
+        return None
+    stat = path.stat()
+    out: dict[str, Any] = {"path": str(path), "mtime_ns": stat.st_mtime_ns,
+                           "size": stat.st_size}
+    content, error = _load(path)
+    if content is None:
+        out["error"] = error
+        return out
+    # Lightning's own fields: ``epoch`` is trainer.current_epoch when saved (the epoch in
+    # progress, zero-based), ``global_step`` counts optimizer steps
+    out["epoch"] = _int(content.get("epoch"))
+    out["step"] = _int(content.get("global_step"))
+    out["weights"] = encode(_net_state(content))
+    return out
+
+
+class LightningAdapter:
+    """Runs scenarios through ``lightning.Trainer`` on one CPU process."""
+
+    name = "lightning"
+
+    def capabilities(self) -> frozenset[Capability]:
+        # not declared: multi_rank and sigterm (single process only), start_patience
+        # (EarlyStopping cannot express it), val_first (a validation before fit is not seen by
+        # ModelCheckpoint or EarlyStopping, so it cannot count), eval_only (needs val_first),
+        # rng_state (Lightning's checkpoints hold no RNG states)
+        return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "val_every_n",
+                          "test_pass", "debug", "grad_accum"})
+
+    def environment(self) -> dict[str, str | None]:
+        import lightning
+
+        return {"framework": f"lightning {lightning.__version__}"}
+
+    def describe_checkpoints(self, root: Path) -> list[dict[str, Any]]:
+        """Every file under ``root``: last.ckpt, best.ckpt and epoch=N-step=M.ckpt mapped to
+        the roles "last", "best" and "epoch". ``epoch`` is Lightning's stored ``epoch`` field
+        as is (trainer.current_epoch at save time) and ``step`` its ``global_step``."""
+        entries: list[dict[str, Any]] = []
+        if not root.exists():
+            return entries
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            stat = path.stat()
+            entry: dict[str, Any] = {"relpath": str(path.relative_to(root)),
+                                     "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                                     "role": _role(path.name), "epoch": None, "step": None,
+                                     "keys": [], "types": {}, "error": None}
+            if path.suffix == ".ckpt":
+                content, error = _load(path)
+                if content is None:
+                    entry["error"] = error
+                else:
+                    entry.update(epoch=_int(content.get("epoch")),
+                                 step=_int(content.get("global_step")),
+                                 keys=sorted(str(k) for k in content),
+                                 types={str(k): type(v).__name__ for k, v in content.items()})
+            entries.append(entry)
+        return entries
+
+    def run(self, scenario: Scenario, ctx: RunContext) -> None:
+        _Run(scenario, ctx).run()
+
+
+class _Run:
+    """One run of a scenario: builds the module, the callbacks and the Trainer, and fits."""
+
+    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+        self.scenario, self.ctx = scenario, ctx
+        self.get = scenario.get
+
+    def run(self) -> None:
+        import lightning
+        from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+
+        s, ctx, get = self.scenario, self.ctx, self.get
+        task = s.task
+        seed = int(get("seed"))
+        lightning.seed_everything(seed, verbose=False)
+        splits = task_data(task, seed)
+        train_loader = DataLoader(splits["train"], batch_size=task.batch_size,
+                                  shuffle=task.shuffle)
+        val_loader = DataLoader(splits["val"], batch_size=task.batch_size)
+        test_loader = DataLoader(splits["test"], batch_size=task.batch_size)
+        num_epochs = int(get("num_epochs"))
+        total_steps = max(1, len(train_loader) * max(num_epochs, 1))
+        mode = "min" if get("val.minimize") else "max"
+        load_from = get("ckpt.load_from")
+        resume = bool(get("ckpt.resume")) and not get("ckpt.model_only") \
+            and load_from is not None
+        debug = bool(get("debug"))
+
+        class Module(lightning.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = task_model(task)
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                out: torch.Tensor = self.net(x)
+                return out
+
+            def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+                x, y = batch
+                return functional.cross_entropy(self(x), y)
+
+            def validation_step(self, batch: Any, batch_idx: int) -> None:
+                self(batch[0])  # the score is scripted, not measured
+
+            def on_validation_epoch_end(self) -> None:
+                score = s.scores.pooled(self.trainer.current_epoch, ctx.world_size)
+                self.log(MONITOR, score)
+
+            def test_step(self, batch: Any, batch_idx: int) -> None:
+                self(batch[0])
+
+            def configure_optimizers(self) -> Any:
+                params = list(self.net.parameters())
+                groups: list[dict[str, Any]] = [{"params": params}]
+                if task.extra_param_group:
+                    groups = [{"params": params[:-1]},
+                              {"params": params[-1:], "lr": task.lr / 2}]
+                optimizer: torch.optim.Optimizer
+                if task.optimizer == "sgd":
+                    optimizer = torch.optim.SGD(groups, lr=task.lr, momentum=0.9)
+                else:
+                    optimizer = torch.optim.Adam(groups, lr=task.lr)
+                if not task.scheduler:
+                    return optimizer
+                scheduler = torch.optim.lr_scheduler.LinearLR(
+                    optimizer, start_factor=1.0, end_factor=0.1, total_iters=total_steps)
+                return {"optimizer": optimizer,
+                        "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+        if load_from is not None and not resume:  # finetune: the weights, a fresh run
+            module = Module.load_from_checkpoint(load_from, map_location="cpu")
+        else:
+            module = Module()
+
+        best_cb: Any = None
+        callbacks: list[Any] = []
+        if get("ckpt.enable"):
+            best_cb = ModelCheckpoint(dirpath=ctx.ckpt_root, filename="best", monitor=MONITOR,
+                                      mode=mode, save_last=bool(get("ckpt.save_last")))
+            callbacks.append(best_cb)
+            every = get("ckpt.every_n_epochs")
+            if every:
+                callbacks.append(ModelCheckpoint(dirpath=ctx.ckpt_root, every_n_epochs=every,
+                                                 save_top_k=-1))
+        patience = get("val.patience")
+        if patience is not None:
+            callbacks.append(EarlyStopping(monitor=MONITOR, mode=mode, patience=patience))
+
+        run = self
+        self.pending: dict[str, Any] | None = None
+        self.loaders = {"val_loader": val_loader, "test_loader": test_loader}
+        self.final: dict[str, torch.Tensor] = _weights(module.net)
+
+        class Events(Callback):
+            """The suite's events from Lightning's hooks."""
+
+            def __init__(self) -> None:
+                self.batches = 0
+                self.start_step = 0
+                self.ended: int | None = None
+
+            def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+                run.best_before = run.best_state()  # as restored by a resume
+
+            def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+                run.flush(trainer)
+                epoch = int(trainer.current_epoch)
+                ctx.crash_point("train_start", epoch)
+                self.batches, self.start_step, self.ended = 0, int(trainer.global_step), None
+                state: dict[str, Any] = {"weights": _weights(pl_module.net),
+                                         "optimizer": trainer.optimizers[0].state_dict(),
+                                         "rng": rng_digests()}
+                if trainer.lr_scheduler_configs:
+                    state["scheduler"] = trainer.lr_scheduler_configs[0].scheduler.state_dict()
+                last = _snapshot(ctx.ckpt_root / "last.ckpt")
+                ctx.emit({"ev": "train_start", "epoch": epoch,
+                          "train_step": int(trainer.global_step), "state": encode(state),
+                          "last_file_epoch": None if last is None else last.get("epoch"),
+                          "best_file": run.best_snapshot()})
+
+            def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any,
+                                   batch: Any, batch_idx: int) -> None:
+                self.batches += 1
+
+            def end_epoch(self, trainer: Any, pl_module: Any) -> None:
+                epoch = int(trainer.current_epoch)
+                if self.ended == epoch:
+                    return
+                self.ended = epoch
+                run.final = _weights(pl_module.net)
+                ctx.emit({"ev": "train_end", "epoch": epoch,
+                          "train_step": int(trainer.global_step), "batches": self.batches,
+                          "optimizer_steps": int(trainer.global_step) - self.start_step,
+                          "loader_len": int(trainer.num_training_batches),
+                          "loader_batch_size": task.batch_size,
+                          "loader_lens": run.planned(trainer), "loader_batches":
+                          run.planned(trainer)})
+                ctx.crash_point("train_end", epoch)
+
+            def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+                if trainer.sanity_checking or trainer.state.fn != "fit":
+                    return
+                self.end_epoch(trainer, pl_module)
+                ctx.crash_point("val_start", int(trainer.current_epoch))
+
+            def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+                if trainer.sanity_checking or trainer.state.fn != "fit":
+                    return
+                epoch = int(trainer.current_epoch)
+                run.pending = {"ev": "val", "epoch": epoch, "phase": "epoch",
+                               "score": s.scores.pooled(epoch, ctx.world_size),
+                               "weights": encode(_weights(pl_module.net))}
+
+            def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+                self.end_epoch(trainer, pl_module)
+
+            def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+                run.flush(trainer)
+
+            def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+                ctx.emit({"ev": "test", "used_best": run.tested_best,
+                          "weights": encode(_weights(pl_module.net))})
+
+        events = Events()
+        self.best_cb = best_cb
+        self.best_before: tuple[str, str] = self.best_state()
+        trainer = lightning.Trainer(
+            max_epochs=num_epochs, check_val_every_n_epoch=int(get("val.every_n_epochs")),
+            num_sanity_val_steps=0, accumulate_grad_batches=int(get("grad_accum_steps")),
+            gradient_clip_val=get("grad_clip"), accelerator="cpu", devices=1, logger=False,
+            enable_progress_bar=False, enable_model_summary=False,
+            enable_checkpointing=bool(get("ckpt.enable")), callbacks=[events, *callbacks],
+            default_root_dir=ctx.ckpt_root, fast_dev_run=debug)
+        ctx.emit({"ev": "setup", "ckpt_given": load_from is not None,
+                  "train_len_seen": len(train_loader), "schedule_steps": total_steps,
+                  "epoch": 0, "train_step": 0,
+                  "cfg_seen": {"num_epochs": num_epochs,
+                               "grad_accum_steps": get("grad_accum_steps"),
+                               "ckpt.enable": get("ckpt.enable"), "save_preds.enable": None,
+                               "wandb.mode": None}})
+        trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader,
+                    ckpt_path=load_from if resume else None)
+        self.flush(trainer)
+        best_path = self.best_path()
+        self.tested_best = best_path is not None
+        if get("test.enable"):
+            trainer.test(module, dataloaders=test_loader,
+                         ckpt_path="best" if self.tested_best else None)
+        best_model = None
+        if best_path is not None:
+            content, _ = _load(best_path)
+            best_model = None if content is None else encode(_net_state(content))
+        ctx.emit({"ev": "end", "epoch": int(trainer.current_epoch),
+                  "train_step": int(trainer.global_step), "best_file": self.best_snapshot(),
+                  "final_weights": encode(self.final), "best_model": best_model})
+
+    def planned(self, trainer: Any) -> dict[str, int | None]:
+        """How many batches Lightning will draw from each evaluation loader: its length, cut
+        to the trainer's ``limit_val_batches``/``limit_test_batches`` (fast_dev_run sets them
+        to 1). Lightning has no third, eval split: ``eval_loader`` is None."""
+        out: dict[str, int | None] = {"eval_loader": None}
+        for name, limit in (("val_loader", trainer.limit_val_batches),
+                            ("test_loader", trainer.limit_test_batches)):
+            n = len(self.loaders[name])
+            out[name] = min(n, limit) if isinstance(limit, int) else int(n * limit)
+        return out
+
+    def best_state(self) -> tuple[str, str]:
+        """ModelCheckpoint's best score and path, comparable across validations."""
+        cb = self.best_cb
+        if cb is None:
+            return "", ""
+        score = cb.best_model_score
+        return ("" if score is None else repr(float(score))), str(cb.best_model_path)
+
+    def best_path(self) -> Path | None:
+        path = self.best_state()[1]
+        return Path(path) if path and Path(path).is_file() else None
+
+    def best_snapshot(self) -> dict[str, Any] | None:
+        return _snapshot(self.best_path())
+
+    def flush(self, trainer: Any) -> None:
+        """Emit the pending validation once every callback has acted on it."""
+        if self.pending is None:
+            return
+        now = self.best_state()
+        improved = now != self.best_before
+        self.best_before = now
+        event = {**self.pending, "improved": improved, "stop": bool(trainer.should_stop),
+                 "best_file": self.best_snapshot()}
+        self.pending = None
+        # Lightning's EarlyStopping runs before its ModelCheckpoint (checkpoint callbacks go
+        # last): the nearest point after the save is after both
+        self.ctx.crash_point("val_after_save", int(event["epoch"]))
+        self.ctx.emit(event)
