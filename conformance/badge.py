@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspec.conformance.model import Report
-from trainspec.errors import UsageError
+from trainspec.conformance.report import write_text
 
 __all__ = ["badge", "write_badge"]
 
@@ -36,10 +36,4 @@ def badge(report: Report) -> dict[str, Any]:
 
 def write_badge(report: Report, path: str | Path) -> None:
     """Write :func:`badge` to ``path`` as JSON."""
-    where = Path(path)
-    try:
-        where.parent.mkdir(parents=True, exist_ok=True)
-        where.write_text(json.dumps(badge(report)) + "\n", encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"--badge {where}: cannot write the badge ({e}). "
-                         "Give a path in a writable folder.") from None
+    write_text(path, json.dumps(badge(report)) + "\n", "--badge", "badge")

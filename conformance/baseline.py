@@ -35,6 +35,7 @@ from typing import Any
 
 from trainspec.conformance import clauses as registry
 from trainspec.conformance.model import VERDICTS, Report, Verdict
+from trainspec.conformance.report import write_text
 from trainspec.errors import UsageError
 
 __all__ = [
@@ -191,15 +192,9 @@ def to_json(baseline: Baseline) -> dict[str, Any]:
 
 def write_baseline(report: Report, path: str | Path) -> Baseline:
     """Save the verdicts of the clauses ``report`` checked to ``path``; returns the baseline."""
-    where = Path(path)
-    baseline = from_report(report, source=str(where))
+    baseline = from_report(report, source=str(Path(path)))
     text = json.dumps(to_json(baseline), indent=2, ensure_ascii=False) + "\n"
-    try:
-        where.parent.mkdir(parents=True, exist_ok=True)
-        where.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"--save-baseline {where}: cannot write the baseline ({e}). "
-                         "Give a path in a writable folder.") from None
+    write_text(path, text, "--save-baseline", "baseline")
     return baseline
 
 

@@ -110,7 +110,7 @@ def _clause_json(clause: ClauseResult) -> dict[str, Any]:
 def write_json(report: Report, path: str | Path) -> None:
     """Write :func:`to_json` to ``path`` (indented, UTF-8, newline at the end)."""
     text = json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n"
-    _write(path, text, "--report")
+    write_text(path, text, "--report")
 
 
 def read_json(path: str | Path) -> Report:
@@ -261,7 +261,7 @@ def write_junit(report: Report, path: str | Path) -> None:
         _junit_case(suite, clause)
     ET.indent(root)
     text = ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-    _write(path, text, "--junit")
+    write_text(path, text, "--junit")
 
 
 def _junit_case(suite: ET.Element, clause: ClauseResult) -> None:
@@ -320,7 +320,7 @@ def to_markdown(report: Report, *, baseline: Comparison | None = None) -> str:
 
 def write_markdown(report: Report, path: str | Path, *,
                    baseline: Comparison | None = None) -> None:
-    _write(path, to_markdown(report, baseline=baseline), "--markdown")
+    write_text(path, to_markdown(report, baseline=baseline), "--markdown")
 
 
 def append_step_summary(report: Report, *, baseline: Comparison | None = None) -> bool:
@@ -407,11 +407,12 @@ def _evidence(clause: ClauseResult) -> str:
     return clause.evidence
 
 
-def _write(path: str | Path, text: str, option: str) -> None:
+def write_text(path: str | Path, text: str, option: str, what: str = "report") -> None:
+    """Write one output file of the CLI; a path that cannot be written is a usage error."""
     where = Path(path)
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
         where.write_text(text, encoding="utf-8")
     except OSError as e:
-        raise UsageError(f"{option} {where}: cannot write the report ({e}). "
+        raise UsageError(f"{option} {where}: cannot write the {what} ({e}). "
                          "Give a path in a writable folder.") from None

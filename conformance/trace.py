@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -321,7 +321,3 @@ def _difference(a: Any, b: Any, where: str) -> str | None:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return None
     return None if a == b else f"{where}: {a!r} vs {b!r}"
-
-
-def iter_weights(weights: Weights) -> Iterator[tuple[str, torch.Tensor]]:
-    yield from sorted(weights.items())

@@ -128,12 +128,6 @@ class CheckContext:
             raise RunBroke(trace, scenario)
         return trace
 
-    def remember(self, key: str, trace: Trace) -> None:
-        self._cache[key] = trace
-
-    def recall(self, key: str) -> Trace | None:
-        return self._cache.get(key)
-
 
 def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
     """Run one check and classify how it ended."""
