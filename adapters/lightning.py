@@ -10,23 +10,30 @@ and never bent to pass a check:
 - ``EarlyStopping(monitor="score", mode=..., patience=val.patience)`` only when patience is set
   (Lightning's EarlyStopping has no counterpart of ``val.start_patience``);
 - ``Trainer(max_epochs=num_epochs, check_val_every_n_epoch=val.every_n_epochs,
-  accumulate_grad_batches=grad_accum_steps, gradient_clip_val=grad_clip, ...)`` on one CPU;
+  accumulate_grad_batches=grad_accum_steps, gradient_clip_val=grad_clip, ...)`` on CPU;
+  on several ranks ``strategy=DDPStrategy(timeout=ddp.timeout_s), devices=world_size`` in
+  processes launched as torchrun launches them (Lightning joins the process group and spawns
+  nothing);
 - resume: ``trainer.fit(..., ckpt_path=ckpt.load_from)``; finetune: the checkpoint's
   ``state_dict`` loaded into the module, then a fresh fit; debug: ``fast_dev_run=True``;
 - the test pass: ``trainer.test(ckpt_path="best")`` when a best checkpoint exists.
 
 The LightningModule trains the suite's task (the probe's data and model recipe) and logs the
-scripted score as the monitored metric ``score``. A small callback turns Lightning's hooks into
-the suite's events. A validation's ``improved`` is whether ModelCheckpoint's best model changed
-at that validation, its ``stop`` is ``trainer.should_stop`` after EarlyStopping ran: both are
-read once every callback has acted on the validation (at the next epoch's start, or when
-training ends), because Lightning runs its monitoring callbacks after the user's.
+scripted score as the monitored metric ``score``: each rank's (total, count) as a mean over
+``count`` samples with ``sync_dist=True``, so Lightning pools it across ranks itself. A small
+callback turns Lightning's hooks into the suite's events. A validation's ``improved`` is whether
+ModelCheckpoint's best model changed at that validation, its ``stop`` is ``trainer.should_stop``
+after EarlyStopping ran: both are read once every callback has acted on the validation (at the
+next epoch's start, or when training ends), because Lightning runs its monitoring callbacks
+after the user's.
 
 Lightning is imported inside the methods only: importing this module never imports it.
 """
 
 from __future__ import annotations
 
+import datetime
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -83,6 +90,16 @@ def _net_state(content: dict[str, Any]) -> dict[str, torch.Tensor]:
             if isinstance(v, torch.Tensor) and k.startswith(_PREFIX)}
 
 
+def _holds(content: dict[str, Any]) -> list[str]:
+    """What a Lightning checkpoint holds, in the spec's terms: ``epoch``, ``global_step``
+    (step), ``state_dict`` (model), ``optimizer_states`` and ``lr_schedulers``; the config
+    when the module saved hyperparameters (``hyper_parameters``). Lightning stores no run id."""
+    present = {"epoch": "epoch", "global_step": "step", "state_dict": "model",
+               "optimizer_states": "optimizer", "lr_schedulers": "scheduler",
+               "hyper_parameters": "config"}
+    return [name for key, name in present.items() if content.get(key) not in (None, [], {})]
+
+
 def _snapshot(path: Path | None) -> dict[str, Any] | None:
     """Identity and content of a checkpoint file, in the suite's BestFile shape."""
     if path is None or not path.is_file():
@@ -108,12 +125,49 @@ class LightningAdapter:
     name = "lightning"
 
     def capabilities(self) -> frozenset[Capability]:
-        # not declared: multi_rank and sigterm (single process only), start_patience
+        # not declared: sigterm (Lightning turns SIGTERM into an exception, not a saved
+        # epoch), start_patience
         # (EarlyStopping cannot express it), val_first (a validation before fit is not seen by
         # ModelCheckpoint or EarlyStopping, so it cannot count), eval_only (needs val_first),
         # rng_state (Lightning's checkpoints hold no RNG states)
         return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "val_every_n",
-                          "test_pass", "debug", "grad_accum"})
+                          "test_pass", "debug", "grad_accum", "multi_rank"})
+
+    def framework_sources(self) -> dict[str, str]:
+        """Where in Lightning 2.6 the behaviour behind each failing clause comes from (read in
+        the installed sources; paths relative to site-packages)."""
+        mc = "lightning/pytorch/callbacks/model_checkpoint.py, ModelCheckpoint"
+        nan_best = (f"{mc}._update_best_and_save: a NaN score is replaced by -inf (mode max) or "
+                    "+inf (mode min) and saved while the top-k list is not full; "
+                    "check_monitor_top_k compares with torch.gt/torch.lt, so +inf beats any best")
+        no_tracking = ("lightning/pytorch/trainer/connectors/callback_connector.py, "
+                       "_CallbackConnector._configure_checkpoint_callbacks: with "
+                       "enable_checkpointing=False (ckpt.enable=false) there is no "
+                       "ModelCheckpoint, and ModelCheckpoint is the only place Lightning tracks "
+                       "a best score")
+        return {
+            "BEST-1": no_tracking,
+            "PAT-5": no_tracking,
+            "BEST-4": f"{nan_best}; Trainer.test(ckpt_path='best') then loads that file",
+            "NAN-1": nan_best,
+            "NAN-2": nan_best,
+            "NAN-3": "lightning/pytorch/callbacks/early_stopping.py, "
+                     "EarlyStopping._evaluate_stopping_criteria: check_finite=True (the default) "
+                     "stops training at the first non-finite score",
+            "RES-5": "lightning/pytorch/strategies/strategy.py, "
+                     "Strategy.load_optimizer_state_dict: optimizer.load_state_dict(opt_state) "
+                     "for whatever optimizer configure_optimizers returns, with no check that it "
+                     "is the one the checkpoint was written with",
+            "DBG-3": f"{mc}.on_train_end: writes last.ckpt when save_last is set and none was "
+                     "saved, without the fast_dev_run guard its other save paths have "
+                     "(_should_skip_saving_checkpoint)",
+            "CKPT-1": f"{mc}.on_validation_end: last.ckpt is written only when a top-k "
+                      "checkpoint was saved at this step (save_last: 'a copy whenever a "
+                      "checkpoint file gets saved'), and every_n_epochs saves when "
+                      "(current_epoch + 1) % every_n_epochs == 0",
+            "CKPT-4": "lightning/fabric/utilities/cloud_io.py, _load: the error of torch.load "
+                      "on a damaged file is raised as is, without the checkpoint's path",
+        }
 
     def environment(self) -> dict[str, str | None]:
         import lightning
@@ -141,7 +195,8 @@ class LightningAdapter:
                     entry.update(epoch=_int(content.get("epoch")),
                                  step=_int(content.get("global_step")),
                                  keys=sorted(str(k) for k in content),
-                                 types={str(k): type(v).__name__ for k, v in content.items()})
+                                 types={str(k): type(v).__name__ for k, v in content.items()},
+                                 holds=_holds(content))
             entries.append(entry)
         return entries
 
@@ -194,8 +249,29 @@ class _Run:
                 self(batch[0])  # the score is scripted, not measured
 
             def on_validation_epoch_end(self) -> None:
-                score = s.scores.pooled(self.trainer.current_epoch, ctx.world_size)
-                self.log(MONITOR, score)
+                # this rank's (total, count), logged the way Lightning's docs say for the
+                # task's kind of metric: pooled by torchmetrics; a mean over `count` samples
+                # with sync_dist=True, as a validation_step logging its batch's mean does
+                # (Lightning weights each rank by its batch sizes); or a rank-local value
+                total, count = s.scores.pairs(self.trainer.current_epoch, ctx.rank)
+                local = math.nan if count == 0 else total / count
+                if task.metric == "torchmetrics":
+                    # as the probe does: two synced sums, NaN kept (torchmetrics' defaults
+                    # would drop a NaN, which is a metric library's choice, not Lightning's)
+                    from torchmetrics.aggregation import SumMetric
+
+                    sums = [SumMetric(nan_strategy="disable") for _ in range(2)]
+                    sums[0].update(torch.tensor(total, dtype=torch.float64))
+                    sums[1].update(torch.tensor(count, dtype=torch.float64))
+                    pooled_total, pooled_count = (float(m.compute()) for m in sums)
+                    self.log(MONITOR, math.nan if pooled_count == 0
+                             else pooled_total / pooled_count)
+                elif task.metric == "reduce_mean":
+                    # a rank without samples adds nothing (0 * 0); all without: 0/0 = NaN
+                    self.log(MONITOR, local if count else 0.0, sync_dist=True,
+                             batch_size=int(count))
+                else:
+                    self.log(MONITOR, local)
 
             def test_step(self, batch: Any, batch_idx: int) -> None:
                 self(batch[0])
@@ -298,8 +374,9 @@ class _Run:
                 if trainer.sanity_checking or trainer.state.fn != "fit":
                     return
                 epoch = int(trainer.current_epoch)
+                logged = trainer.callback_metrics.get(MONITOR)
                 run.pending = {"ev": "val", "epoch": epoch, "phase": "epoch",
-                               "score": s.scores.pooled(epoch, ctx.world_size),
+                               "score": None if logged is None else float(logged),
                                "weights": encode(_weights(pl_module.net))}
 
             def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
@@ -315,10 +392,17 @@ class _Run:
         events = Events()
         self.best_cb = best_cb
         self.best_before: tuple[str, str] = self.best_state()
+        strategy: Any = "auto"
+        if ctx.world_size > 1:  # launched as torchrun does; Lightning joins, spawns nothing
+            from lightning.pytorch.strategies import DDPStrategy
+
+            timeout = datetime.timedelta(seconds=float(get("ddp.timeout_s")))
+            strategy = DDPStrategy(timeout=timeout)
         trainer = lightning.Trainer(
-            max_epochs=num_epochs, check_val_every_n_epoch=int(get("val.every_n_epochs")),
+            max_epochs=num_epochs, strategy=strategy, devices=ctx.world_size,
+            check_val_every_n_epoch=int(get("val.every_n_epochs")),
             num_sanity_val_steps=0, accumulate_grad_batches=int(get("grad_accum_steps")),
-            gradient_clip_val=get("grad_clip"), accelerator="cpu", devices=1, logger=False,
+            gradient_clip_val=get("grad_clip"), accelerator="cpu", logger=False,
             enable_progress_bar=False, enable_model_summary=False,
             enable_checkpointing=bool(get("ckpt.enable")), callbacks=[events, *callbacks],
             default_root_dir=ctx.ckpt_root, fast_dev_run=debug)

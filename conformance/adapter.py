@@ -85,6 +85,12 @@ class Adapter(Protocol):
 # "best" or "epoch", epoch, step, top-level keys and types, load error; see
 # ``trainspec.conformance.files``). Without it the seed's names and keys are assumed
 # (``describe_seed_files``): last.pt, best.pt, epoch_<e>.pt holding epoch and train_step.
+#
+# Optional too: ``framework_sources() -> dict[str, str]``, clause IDs to a one-line pointer at
+# the framework code responsible for its behaviour there (a path relative to site-packages and
+# a function, e.g. "lightning/pytorch/callbacks/model_checkpoint.py, ModelCheckpoint.
+# _save_topk_checkpoint: ..."). A clause that fails gets it appended to its evidence, so a
+# framework maintainer can go straight to the code.
 
 
 def load_object(ref: str) -> Any:

@@ -156,7 +156,15 @@ def _build_parser() -> _Parser:
                             "2 when no target could be checked.")
     matrix.add_argument("--out", type=Path, default=Path("trainspec-matrix"), metavar="DIR",
                         help="output folder (default: trainspec-matrix)")
+    matrix.add_argument("--targets", metavar="NAMES",
+                        help="comma-separated built-in targets (default: all of "
+                        "reference, lightning, hf, ignite, keras that are installed)")
     _add_run_options(matrix, base_trainer=False)
+    matrix.add_argument("-n", "--workers", type=_positive_int, default=1, metavar="WORKERS",
+                        help="per target, run families of checks in this many parallel "
+                        "workers (default 1)")
+    matrix.add_argument("--profile", choices=("fast", "ci"), default="fast",
+                        help="property checks: fast (60 generated runs each) or ci (250)")
     matrix.set_defaults(func=_cmd_matrix)
     return parser
 
@@ -325,8 +333,11 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     from trainspec.conformance.report import format_summary
 
     registry.select(args.clauses)  # a bad --clauses fails before any worker starts
+    names = None if args.targets is None else [
+        n.strip() for n in args.targets.split(",") if n.strip()]
     result = matrices.check_targets(
-        clauses=args.clauses, world_size=args.world_size, timeout_s=args.timeout,
+        names, clauses=args.clauses, world_size=args.world_size, timeout_s=args.timeout,
+        workers=args.workers, profile=args.profile,
         progress=lambda line: print(line, file=sys.stderr, flush=True))
     if not result.reports:
         raise UsageError("matrix: no built-in target could be checked (not installed: "

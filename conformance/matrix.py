@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainspec.conformance import clauses as registry
 from trainspec.conformance import report as reports_io
@@ -155,7 +155,8 @@ def _importable(module: str) -> bool:
 
 
 def check_targets(names: Sequence[str] | None = None, *, clauses: str | None = None,
-                  world_size: int = 2, timeout_s: float = 60.0,
+                  world_size: int = 2, timeout_s: float = 60.0, workers: int = 1,
+                  profile: Literal["fast", "ci"] = "fast",
                   progress: Callable[[str], None] | None = None) -> ConformanceMatrix:
     """Check every built-in target (or those of ``names``) whose adapter and framework are
     installed; ``progress`` gets one line as each target starts, finishes or is skipped.
@@ -184,7 +185,7 @@ def check_targets(names: Sequence[str] | None = None, *, clauses: str | None = N
             say(f"{head}: checking")
             try:
                 result = api.check(name, clauses=clauses, world_size=world_size,
-                                   timeout_s=timeout_s)
+                                   timeout_s=timeout_s, workers=workers, profile=profile)
             except AdapterError as e:
                 why = str(e).splitlines()[0] if str(e) else type(e).__name__
             else:

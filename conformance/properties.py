@@ -175,6 +175,7 @@ def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -
             spec.judge(scenario, Trace(scenario_name=scenario.name, ranks=(rank,)))
         except CheckFailed as e:
             # hypothesis shrinks: the last failure recorded is the minimal example
+            e.evidence = _with_config(e.evidence, scenario)
             failure.update(evidence=e.evidence, scenario=scenario.to_json())
             raise
         finally:
@@ -190,9 +191,29 @@ def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -
         if not failure:
             raise
         if isinstance(e, BaseExceptionGroup):
-            failure["evidence"] += f" (and {len(e.exceptions) - 1} other distinct failure(s))"
+            others = [x.evidence for x in e.exceptions
+                      if isinstance(x, CheckFailed) and x.evidence != failure["evidence"]]
+            failure["evidence"] += "".join(f" (another distinct failure: {x})" for x in others)
+            if len(others) < len(e.exceptions) - 1:
+                failure["evidence"] += (f" (and {len(e.exceptions) - 1 - len(others)} other "
+                                        "distinct failure(s))")
         return {"passed": False, "examples": count, **failure}
     return {"passed": True, "examples": count}
+
+
+# the keys a generated scenario draws (see ``scenarios``): a failure names them all, since
+# which one matters depends on the trainer (e.g. a framework tracking the best model only when
+# checkpointing is on)
+_DRAWN = ("num_epochs", "val.first", "val.every_n_epochs", "val.minimize", "val.patience",
+          "val.start_patience", "ckpt.enable", "test.enable")
+
+
+def _with_config(evidence: str, scenario: Scenario) -> str:
+    """The evidence, with the drawn config keys it does not name yet."""
+    missing = [f"{key}={scenario.get(key)}" for key in _DRAWN if f"{key}=" not in evidence]
+    if not missing:
+        return evidence
+    return f"{evidence} [config: {', '.join(missing)}]"
 
 
 def reproducer(target_args: str, clause: str, scenario: dict[str, Any]) -> str:

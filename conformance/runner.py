@@ -66,6 +66,7 @@ def open_context(target: Target, harness: Harness, *, world_size: int = 2,
                            + (f"\n{trace.rstrip()}" if trace.strip() else "")) from None
     capabilities = _capabilities(target, described.get("capabilities", []))
     described["environment"] = _adapter_environment(target, described.get("environment", {}))
+    described["sources"] = _adapter_sources(target, described.get("sources", {}))
     ctx = CheckContext(harness=harness, adapter=target.adapter, capabilities=capabilities,
                        world_size=world_size, target_args=target.reproducer_args,
                        max_examples=max_examples)
@@ -131,7 +132,8 @@ def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 
         described = outcomes[0][1]
     environment = _environment(described.get("environment", {}))
     return Report(trainspec=trainspec.__version__, target=target.label, environment=environment,
-                  clauses=judge_clauses(results, selected, deviations or {}, world_size),
+                  clauses=judge_clauses(results, selected, deviations or {}, world_size,
+                                        sources=described.get("sources", {})),
                   duration_s=round(time.monotonic() - started, 3), selected=tuple(selected))
 
 
@@ -178,6 +180,23 @@ def _adapter_environment(target: Target, declared: object) -> dict[str, str | No
     return declared
 
 
+def _adapter_sources(target: Target, declared: object) -> dict[str, str]:
+    """The adapter's optional ``framework_sources()``: clause IDs to source pointers."""
+    known = {c.id for c in registry.CLAUSES}
+    if not isinstance(declared, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in declared.items()):
+        raise AdapterError(f"target {target.label}: framework_sources() returned "
+                           f"{reprlib.repr(declared)}; expected a dict of clause IDs to one-line "
+                           "source pointers, e.g. {'NAN-1': 'pkg/callbacks.py, "
+                           "EarlyStopping.check: NaN compares False'}")
+    unknown = sorted(set(declared) - known)
+    if unknown:
+        raise AdapterError(f"target {target.label}: framework_sources() names unknown clauses "
+                           f"{unknown}; expected clause IDs such as 'NAN-1' "
+                           "(trainspec list prints them)")
+    return declared
+
+
 def _environment(adapter_env: Mapping[str, str | None]) -> dict[str, str | None]:
     env: dict[str, str | None] = {"python": platform.python_version(),
                                   "torch": torch.__version__.split("+")[0]}
@@ -187,12 +206,16 @@ def _environment(adapter_env: Mapping[str, str | None]) -> dict[str, str | None]
 
 
 def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],
-                  deviations: Mapping[str, str], world_size: int) -> tuple[ClauseResult, ...]:
+                  deviations: Mapping[str, str], world_size: int, *,
+                  sources: Mapping[str, str] | None = None) -> tuple[ClauseResult, ...]:
     """One verdict per clause of the spec, from the check results.
 
     The evidence of a selected clause that does not pass ends with its docs link,
-    ``(docs: docs/spec/res.md#res-3)`` (:func:`~trainspec.conformance.report.docs_link`).
+    ``(docs: docs/spec/res.md#res-3)`` (:func:`~trainspec.conformance.report.docs_link`); a
+    failing (or deviating) clause's evidence also names the framework source its adapter holds
+    responsible, ``(framework source: ...)``, when the adapter's ``framework_sources()`` says.
     """
+    sources = sources or {}
     out = []
     for clause in registry.CLAUSES:
         mine = [r for r in results if clause.id in r.clauses]
@@ -214,6 +237,8 @@ def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],
                 verdict = "deviation"
             elif reason is not None and verdict == "pass":
                 note = "declared as a deviation but passes: remove it from the deviations file"
+        if verdict in ("fail", "deviation") and clause.id in sources:
+            evidence = f"{evidence} (framework source: {sources[clause.id]})"
         if verdict != "pass" and clause.id in selected:  # a failure message links its clause
             evidence = f"{evidence} (docs: {docs_link(clause.id)})"
         out.append(ClauseResult(id=clause.id, level=clause.level, title=clause.title,

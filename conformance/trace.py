@@ -153,7 +153,10 @@ class FileRecord:
 
     ``role`` is "last", "best" or "epoch" for a checkpoint, None for anything else;
     ``keys``/``types`` are its top-level entries; ``error`` says why it does not load
-    (weights-only).
+    (weights-only). ``holds``, when the adapter gives it, names what the file holds in the
+    spec's terms, whatever the framework's own key names: any of "epoch", "step", "run_id",
+    "config", "model", "optimizer", "scheduler" (CKPT-1 then judges it instead of the seed's
+    key names).
     """
 
     relpath: str
@@ -165,6 +168,7 @@ class FileRecord:
     keys: tuple[str, ...] = ()
     types: dict[str, str] = field(default_factory=dict)
     error: str | None = None
+    holds: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -182,7 +186,9 @@ class FileRecord:
                    epoch=integer(entry.get("epoch")), step=integer(entry.get("step")),
                    keys=tuple(str(k) for k in entry.get("keys", ())),
                    types={str(k): str(v) for k, v in dict(entry.get("types", {})).items()},
-                   error=None if entry.get("error") is None else str(entry["error"]))
+                   error=None if entry.get("error") is None else str(entry["error"]),
+                   holds=None if entry.get("holds") is None
+                   else tuple(str(h) for h in entry["holds"]))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -338,6 +338,9 @@ def _serve(proto: IO[str]) -> None:
                         raise TypeError(f"environment() returned a value that is not JSON: "
                                         f"{e}") from None
                     reply["environment"] = environment
+                    sources = getattr(adapter, "framework_sources", None)
+                    if callable(sources):
+                        reply["sources"] = sources()
                 elif req["op"] in ("run", "property"):
                     reply.update(_run(req, adapter))
                 elif req["op"] == "files":

@@ -70,3 +70,24 @@ def test_the_checks_read_the_adapters_own_description_of_its_files(harness: Harn
     result = run_check(CHECKS["check_checkpoint_files_and_contents"], ctx)
     assert result.outcome == "failed"
     assert "expected epoch_0.pt" in result.evidence
+
+
+def test_ckpt_1_judges_what_an_adapter_says_a_file_holds_not_the_seed_key_names() -> None:
+    from trainspec.conformance.checks.ckpt import _content_problem
+    from trainspec.conformance.trace import FileRecord
+
+    def record(**entry: object) -> FileRecord:
+        return FileRecord.from_json({"relpath": "last.ckpt", "role": "last", "epoch": 1,
+                                     "step": 4, **entry})
+
+    framework = record(keys=["epoch", "global_step", "state_dict"],
+                       holds=["epoch", "step", "model", "optimizer", "scheduler"])
+    assert _content_problem(framework) == (
+        "lacks run_id, config (it holds epoch, step, model, optimizer, scheduler)")
+    complete = record(holds=["epoch", "step", "run_id", "config", "model", "optimizer",
+                             "scheduler"])
+    assert _content_problem(complete) is None
+    # without holds, the seed's key names are what counts
+    assert _content_problem(record(keys=["epoch", "global_step", "state_dict"])) == (
+        "lacks train_step, run_id, config, model_state_dict, optimizer_state_dict, "
+        "scheduler_state_dict")

@@ -255,3 +255,26 @@ def test_details_show_each_non_passing_check_once_with_its_detail() -> None:
     assert text.count("check_x: failed") == 1
     assert "Traceback (most recent call last): boom" in text
     assert "check_y" not in text
+
+
+def test_a_failing_clause_names_the_framework_source_its_adapter_points_at(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainspec.conformance.runner import judge_clauses
+
+    monkeypatch.delenv(writers.DOCS_URL_ENV, raising=False)
+    results = [CheckResult(name="check_nan_1", clauses=("NAN-1",), outcome="failed",
+                           evidence="NAN-1: inf taken as an improvement", duration_s=0.1),
+               CheckResult(name="check_nan_2", clauses=("NAN-2",), outcome="passed",
+                           evidence="fine", duration_s=0.1)]
+    sources = {"NAN-1": "pkg/callbacks.py, Checkpoint.better: inf > best",
+               "NAN-2": "pkg/callbacks.py, Checkpoint.better"}
+    clauses = {c.id: c for c in judge_clauses(results, ("NAN-1", "NAN-2"), {}, world_size=1,
+                                              sources=sources)}
+    assert clauses["NAN-1"].evidence == (
+        "NAN-1: inf taken as an improvement (framework source: pkg/callbacks.py, "
+        "Checkpoint.better: inf > best) (docs: docs/spec/nan.md#nan-1)")
+    assert clauses["NAN-2"].evidence == "fine"  # a pass is not charged to any source
+    deviating = {c.id: c for c in judge_clauses(results, ("NAN-1",), {"NAN-1": "known"},
+                                                world_size=1, sources=sources)}
+    assert deviating["NAN-1"].verdict == "deviation"
+    assert "(framework source: pkg/callbacks.py" in deviating["NAN-1"].evidence

@@ -377,6 +377,10 @@ def harness() -> Iterator[Harness]:
     ("not_adapters:make_nothing", r"(has no attribute 'name'|lacks capabilities)"),
     ("not_adapters:EnvironmentNotADict", r"environment\(\) returned \['torch 2.13.0'\]; "
                                          r"expected a dict"),
+    ("not_adapters:SourcesForUnknownClauses", r"framework_sources\(\) names unknown clauses "
+                                              r"\['NAN1'\]"),
+    ("not_adapters:SourcesNotADict", r"framework_sources\(\) returned \['pkg/callbacks.py'\]; "
+                                     r"expected a dict of clause IDs"),
     ("import_crash:NeverDefined", r"KeyError: 'framework_home'"),
     ("missing_dependency:NeverDefined", r"No module named 'trainspec_no_such_framework'"),
 ])

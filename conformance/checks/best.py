@@ -106,8 +106,9 @@ def check_test_sees_best_weights(ctx: CheckContext) -> str:
     r = ctx.completed(none).rank0
     diff = weights_diff(r.final_weights, r.tests[0]["weights"] if r.tests else None)
     if diff is not None:
-        raise CheckFailed(f"BEST-4: with no improvement recorded the test pass saw other "
-                          f"weights than the final ones: {diff}")
+        raise CheckFailed(f"BEST-4: every validation scored NaN, so no improvement could be "
+                          f"recorded, yet the test pass saw other weights than the final ones: "
+                          f"{diff}")
     return "test saw epoch 0's (best) weights; with no improvement, the final weights"
 
 

@@ -39,3 +39,17 @@ class EnvironmentNotJson(ShellAdapter):
 
     def environment(self) -> Any:
         return {"framework": {"lightning", "2.4.0"}}
+
+
+class SourcesForUnknownClauses(ShellAdapter):
+    """``framework_sources()`` names a clause the spec does not have (a typo of NAN-1)."""
+
+    def framework_sources(self) -> dict[str, str]:
+        return {"NAN1": "pkg/callbacks.py, EarlyStopping.check"}
+
+
+class SourcesNotADict(ShellAdapter):
+    """``framework_sources()`` returns a list of pointers with no clause IDs."""
+
+    def framework_sources(self) -> Any:
+        return ["pkg/callbacks.py"]

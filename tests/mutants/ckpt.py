@@ -36,6 +36,15 @@ class LastCheckpointOnlyAtTheEnd(BaseTrainer):
             super()._write_epoch_checkpoints()
 
 
+class LastCheckpointOnlyOnImprovement(BaseTrainer):
+    """Writes last.pt only after an epoch that improved (the save sits under the best-model
+    branch), so a run's last.pt lags behind after every non-improvement."""
+
+    def _write_epoch_checkpoints(self) -> None:
+        if self.ckpt_dir is not None and self.best_epoch == self._completed_epoch:
+            super()._write_epoch_checkpoints()
+
+
 class CheckpointOmitsTheOptimizer(BaseTrainer):
     """Saves the model but not the other registered items."""
 

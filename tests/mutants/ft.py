@@ -41,3 +41,14 @@ class FinetuneKeepsBest(BaseTrainer):
         super()._apply_checkpoint(ckpt)
         if not self.is_resumed:
             self._restore_tracking(ckpt)
+
+
+class FinetuneKeepsPatience(BaseTrainer):
+    """Carries only the checkpoint's patience counter into a finetune; best tracking starts
+    fresh, so only a run whose first validation does not improve shows the slip."""
+
+    def _apply_checkpoint(self, ckpt: dict[str, Any]) -> None:
+        super()._apply_checkpoint(ckpt)
+        saved = ckpt.get("trainer_state", {})
+        if not self.is_resumed and saved and self.cfg.val.patience is not None:
+            self.patience_left = saved["patience_left"]

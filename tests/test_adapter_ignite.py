@@ -1,0 +1,144 @@
+"""The Ignite adapter runs through ``trainspec check`` and every selected clause gets a verdict.
+
+Whether Ignite conforms is what the report says; these tests ask that the adapter works: the run
+completes, no clause comes out ``error`` (an error means the adapter is broken), the clauses
+that only need Ignite wired as its docs say pass, and the files Ignite writes are described
+under the right roles, epochs and steps.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trainspec.adapters.ignite import IgniteAdapter, _progress, _role
+from trainspec.conformance.checks.common import make_scenario
+from trainspec.conformance.scenario import CrashWhere
+
+pytest.importorskip("ignite")
+
+TARGET = "trainspec.adapters.ignite:IgniteAdapter"
+SELECTED = ("LOOP", "BEST", "RES", "FT", "CKPT")
+# these pass when Ignite is wired as its docs say (trainer state, handlers and the best
+# Checkpoint in to_save, load_objects before run); a fail here is the adapter's
+WIRING = ("LOOP-1", "LOOP-3", "LOOP-4", "RES-1", "RES-2", "RES-3", "FT-1", "FT-2", "FT-3")
+# importing ignite warns from torch.jit internals on torch 2.13; nothing else is excused
+TORCH_JIT_DEPRECATED = r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning"
+
+
+class _Recorder:
+    """A RunContext that keeps the events in memory and never interrupts the run."""
+
+    def __init__(self, root: Path) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._root = root
+
+    @property
+    def rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def ckpt_root(self) -> Path:
+        return self._root
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def crash_point(self, where: CrashWhere, epoch: int) -> None:
+        return None
+
+
+def test_ignite_adapter_gets_a_verdict_for_every_clause(tmp_path: Path) -> None:
+    report_path = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(SELECTED),
+         "--world-size", "1", "--report", str(report_path)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    report = json.loads(report_path.read_text())
+    assert report["environment"].get("framework", "").startswith("pytorch-ignite ")
+    selected = [c for c in report["clauses"] if c["id"].split("-")[0] in SELECTED]
+    assert selected, "no clause of the selected families in the report"
+    print()
+    for c in selected:
+        print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
+    missing = [c["id"] for c in selected if not c.get("verdict")]
+    assert not missing, f"clauses without a verdict: {missing}"
+    errors = {c["id"]: c["evidence"] for c in selected if c["verdict"] == "error"}
+    assert not errors, f"the adapter is broken: {errors}"
+    wired = {c["id"]: c["evidence"] for c in selected
+             if c["id"] in WIRING and c["verdict"] != "pass"}
+    assert not wired, f"the adapter's wiring of Ignite is broken: {wired}"
+
+
+def test_importing_the_adapter_does_not_import_ignite() -> None:
+    code = ("import sys, trainspec.adapters.ignite as m; "
+            "assert 'ignite' not in sys.modules, 'ignite imported'; "
+            "print(m.IgniteAdapter().name)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ignite"
+
+
+@pytest.mark.parametrize(("name", "role"), [
+    ("best_model_3_score=0.5000.pt", "best"),
+    ("best_model_0_score=-0.4000.pt", "best"),
+    ("best_model_2_score=nan.pt", "best"),
+    ("checkpoint_12.pt", "last"),
+    ("epoch_checkpoint_12.pt", "epoch"),
+    ("tmpa1b2c3d4", None),
+    ("checkpoint_12.pt.tmp", None),
+    ("best.pt", None),
+])
+def test_checkpoint_files_map_to_their_roles(name: str, role: str | None) -> None:
+    assert _role(name) == role
+
+
+def test_progress_reads_zero_based_epochs_and_ignite_iterations() -> None:
+    trainer_state = {"trainer": {"epoch_length": 6, "iteration": 18, "max_epochs": 5}}
+    assert _progress("checkpoint_18.pt", trainer_state) == (2, 18)
+    assert _progress("epoch_checkpoint_18.pt", trainer_state) == (2, 18)
+    # the best file holds bare weights: the epoch comes from its name, no step exists
+    weights = {"weight": torch.zeros(2, 2)}
+    assert _progress("best_model_3_score=0.5000.pt", weights) == (2, None)
+    assert _progress("best_model_0_score=0.1000.pt", weights) == (-1, None)
+    assert _progress("checkpoint_18.pt", {"model": weights}) == (None, None)
+
+
+@pytest.mark.filterwarnings(TORCH_JIT_DEPRECATED)
+def test_files_ignite_writes_are_described_by_role_epoch_and_step(tmp_path: Path) -> None:
+    # 3 epochs of 6 batches; best at epoch 1; a periodic file every 2 (1-based) epochs
+    s = make_scenario("describe", [0.3, 0.8, 0.5], cfg={"ckpt.every_n_epochs": 2})
+    ctx = _Recorder(tmp_path)
+    adapter = IgniteAdapter()
+    adapter.run(s, ctx)
+    entries = {e["relpath"]: e for e in adapter.describe_checkpoints(tmp_path)}
+    roles = {name: e["role"] for name, e in entries.items()}
+    assert roles == {"best_model_2_score=0.8000.pt": "best", "checkpoint_18.pt": "last",
+                     "epoch_checkpoint_12.pt": "epoch"}, roles
+    last = entries["checkpoint_18.pt"]
+    assert (last["epoch"], last["step"], last["error"]) == (2, 18, None)
+    assert {"model", "optimizer", "lr_scheduler", "trainer", "best_checkpoint",
+            "checkpointer"} <= set(last["keys"])
+    assert (entries["epoch_checkpoint_12.pt"]["epoch"], entries["epoch_checkpoint_12.pt"]
+            ["step"]) == (1, 12)
+    best = entries["best_model_2_score=0.8000.pt"]
+    assert (best["epoch"], best["step"], best["keys"]) == (1, None, ["bias", "weight"])
+    # the events agree with the files: epoch 1 improved, and the end reports its weights
+    vals = [(e["epoch"], e["improved"]) for e in ctx.events if e["ev"] == "val"]
+    assert vals == [(0, True), (1, True), (2, False)]
+    end = next(e for e in ctx.events if e["ev"] == "end")
+    assert end["best_file"]["epoch"] == 1
+    assert end["best_model"] == next(e for e in ctx.events
+                                     if e["ev"] == "val" and e["epoch"] == 1)["weights"]
