@@ -232,7 +232,8 @@ _MD_MARKERS: dict[Verdict, str] = {"pass": "pass", "fail": "**fail**", "deviatio
 
 
 def to_markdown(matrix: ConformanceMatrix) -> str:
-    """``matrix.md``: the targets' environments, then clauses down and targets across."""
+    """``matrix.md``: the targets' environments, then clauses down and targets across, then
+    the evidence of every clause that does not pass (fail, deviation, error, timeout)."""
     names = matrix.targets
     lines = [f"## trainspec {matrix.trainspec} conformance matrix", ""]
     if names:
@@ -253,6 +254,13 @@ def to_markdown(matrix: ConformanceMatrix) -> str:
             lines.append(f"| {clause.id} {_md(clause.title)} | {clause.level} | "
                          + " | ".join(cells) + " |")
         lines.append("")
+    for name in names:
+        findings = [c for c in matrix.reports[name].clauses
+                    if c.id in shown and c.verdict in ("fail", "deviation", "error", "timeout")]
+        if findings:
+            lines += [f"### Evidence: {_md(name)}", ""]
+            lines += [f"- **{c.id}** {c.verdict}: {_md(c.evidence)}" for c in findings]
+            lines.append("")
     hidden = len(registry.CLAUSES) - len(shown)
     if names and hidden:
         lines += [f"{hidden} clauses not selected (`--clauses`): not shown.", ""]

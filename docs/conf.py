@@ -6,6 +6,8 @@ Build with warnings as errors, after regenerating the spec pages from the clause
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 """
 
+from pathlib import Path
+
 from trainspec import __version__
 
 project = "trainspec"
@@ -19,6 +21,8 @@ root_doc = "index"
 # spec-outline.md is the authors' working outline (the spec pages are written from it), and
 # matrix.md is what `trainspec matrix --out docs` writes next to matrix.json: neither is a page
 exclude_patterns = ["_build", "spec-outline.md", "matrix.md", "matrix.json"]
+# the published matrix's static page, copied beside the pages (frameworks.md links to it)
+html_extra_path = [name for name in ("matrix.html",) if (Path(__file__).parent / name).exists()]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3

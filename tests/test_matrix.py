@@ -122,6 +122,9 @@ def test_matrix_markdown_lists_every_clause_and_every_target() -> None:
     assert "| RES-3 Best tracking and patience survive a resume | MUST | pass | **fail** |" \
         in text
     assert "Not installed: keras (keras not installed: pip install 'trainspec[keras]')." in text
+    evidence = text.split("### Evidence: lightning", 1)[1]
+    assert re.search(r"^- \*\*RES-3\*\* fail: \S", evidence, re.MULTILINE)
+    assert "### Evidence: reference" not in text  # every clause passes there
 
 
 def test_matrix_markdown_shows_only_the_selected_clauses() -> None:

@@ -113,9 +113,15 @@ def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
     _, path = source_checkpoint(ctx, "CKPT-4", base)
     root = ctx.harness.new_ckpt_root("ckpt-corrupt")
     corrupt = root / "corrupt-last.pt"
-    shutil.copyfile(path, corrupt)
-    with corrupt.open("r+b") as f:
-        f.truncate(corrupt.stat().st_size // 2)
+    if os.path.isdir(path):  # a framework's checkpoint folder: every file in it is damaged
+        shutil.copytree(path, corrupt)
+        damaged = [p for p in corrupt.rglob("*") if p.is_file()]
+    else:
+        shutil.copyfile(path, corrupt)
+        damaged = [corrupt]
+    for part in damaged:
+        with part.open("r+b") as f:
+            f.truncate(part.stat().st_size // 2)
     r = ctx.run(with_load(base, str(corrupt), resume=True, name="ckpt-corrupt")).rank0
     if r.status == "completed":
         raise CheckFailed("CKPT-4: a checkpoint truncated to half its size did not raise; the "

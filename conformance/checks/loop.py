@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
 from trainspec.conformance.checks.chains import interrupt_and_resume
 from trainspec.conformance.checks.common import label, make_scenario, match_decisions
 from trainspec.conformance.scenario import CrashPoint
@@ -27,19 +27,24 @@ def check_loop_trains_each_epoch_once_in_order(ctx: CheckContext) -> str:
     return "num_epochs=4 trained epochs [0, 1, 2, 3] once each, train_step continuous"
 
 
-@check("LOOP-2", requires={"val_every_n", "val_first"})
+@check("LOOP-2")
 def check_loop_validates_on_schedule(ctx: CheckContext) -> str:
-    """Validation follows every_n_epochs, always runs after the final epoch, and val.first."""
-    cases = [
-        make_scenario("loop-every-2", [0.1] * 5, cfg={"val.every_n_epochs": 2}),
-        make_scenario("loop-every-3", [0.1] * 5, cfg={"val.every_n_epochs": 3}),
-        make_scenario("loop-first", [0.1, 0.2], first=0.05),
-    ]
+    """Validation follows every_n_epochs, always runs after the final epoch, and val.first:
+    each part judged where the target declares it (val_every_n, val_first)."""
+    caps = ctx.capabilities
+    if not caps & {"val_every_n", "val_first"}:
+        raise NotApplicable("the target declares neither val_every_n nor val_first")
+    cases = []
+    if "val_every_n" in caps:
+        cases += [make_scenario("loop-every-2", [0.1] * 5, cfg={"val.every_n_epochs": 2}),
+                  make_scenario("loop-every-3", [0.1] * 5, cfg={"val.every_n_epochs": 3})]
+    if "val_first" in caps:
+        cases.append(make_scenario("loop-first", [0.1, 0.2], first=0.05))
     seen = []
     for s in cases:
         outcome = match_decisions("LOOP-2", s, ctx.completed(s), what="schedule")
         seen.append("/".join(label(d.epoch) for d in outcome.decisions))
-    if "resume" in ctx.capabilities and "checkpoint" in ctx.capabilities:
+    if {"val_first", "resume", "checkpoint"} <= caps:
         # val.first belongs to the run's start: a resume continues the run, it does not restart
         s = make_scenario("loop-first-resume", [0.1, 0.2, 0.3, 0.4], first=0.05)
         pair = interrupt_and_resume(ctx, "LOOP-2", s, CrashPoint(where="train_start", epoch=2))

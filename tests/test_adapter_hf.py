@@ -1,0 +1,188 @@
+"""The transformers Trainer adapter: it runs through ``trainspec check``, maps the scenario's keys
+onto ``TrainingArguments`` as documented, reports the Trainer's own decisions, and describes its
+checkpoint directories under the suite's roles.
+
+Whether the Trainer conforms is what the report says; these tests only ask that the adapter
+works: runs complete, no clause comes out ``error`` (an error means the adapter is broken), and
+what the adapter reports is what the Trainer decided.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trainspec.adapters.hf import HFTrainerAdapter, training_arguments
+from trainspec.conformance.checks.common import make_scenario
+from trainspec.conformance.properties import MemoryContext
+
+TARGET = "trainspec.adapters.hf:HFTrainerAdapter"
+# every family but DIST (one process) and DBG (no debug mode: n/a), without the property checks
+# (BEST-1, NAN-1/2, PAT-5: a minute of generated runs) and CKPT-4, whose corrupt-file case copies
+# the last checkpoint as one file (a Trainer checkpoint is a directory)
+SELECTED = ("LOOP", "BEST-2", "BEST-3", "BEST-4", "NAN-3", "PAT-1", "PAT-2", "PAT-4", "RES", "FT",
+            "CKPT-1", "CKPT-2", "CKPT-3", "CKPT-5")
+
+
+def _needs_transformers() -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+
+
+def test_hf_adapter_gets_a_verdict_for_every_clause(tmp_path: Path) -> None:
+    _needs_transformers()
+    report_path = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(SELECTED),
+         "--world-size", "1", "--report", str(report_path)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    report = json.loads(report_path.read_text())
+    assert report["environment"].get("framework", "").startswith("transformers ")
+    families = {s for s in SELECTED if "-" not in s}
+    selected = [c for c in report["clauses"]
+                if c["id"] in SELECTED or c["id"].split("-")[0] in families]
+    assert len(selected) >= 20, "the selected clauses are missing from the report"
+    print()
+    for c in selected:
+        print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
+    missing = [c["id"] for c in selected if not c.get("verdict")]
+    assert not missing, f"clauses without a verdict: {missing}"
+    errors = {c["id"]: c["evidence"] for c in selected if c["verdict"] == "error"}
+    assert not errors, f"the adapter is broken: {errors}"
+    verdicts = {c["id"]: c["verdict"] for c in selected}
+    # what the Trainer does meet, as the adapter reports it (a regression in the adapter's
+    # events would turn these)
+    for cid in ("LOOP-1", "LOOP-3", "LOOP-4", "BEST-2", "BEST-3", "BEST-4", "PAT-2", "RES-1",
+                "RES-2", "RES-3", "RES-4", "FT-1", "FT-2", "FT-3", "FT-4", "CKPT-3"):
+        assert verdicts[cid] == "pass", (cid, verdicts[cid])
+
+
+def test_importing_the_adapter_does_not_import_transformers() -> None:
+    code = ("import sys, trainspec.adapters.hf as m; "
+            "assert not {'transformers', 'accelerate', 'safetensors'} & set(sys.modules); "
+            "print(m.HFTrainerAdapter().name)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "hf"
+
+
+def test_undeclared_capabilities_are_the_ones_the_trainer_cannot_express() -> None:
+    caps = HFTrainerAdapter().capabilities()
+    assert not caps & {"val_every_n", "start_patience", "debug", "multi_rank"}
+    assert {"checkpoint", "resume", "finetune", "early_stopping", "val_first", "rng_state",
+            "sigterm"} <= caps
+
+
+@pytest.mark.parametrize(("cfg", "expected"), [
+    ({}, {"save_strategy": "epoch", "save_total_limit": 2, "load_best_model_at_end": True,
+          "max_grad_norm": 0.0, "greater_is_better": True, "eval_on_start": False}),
+    ({"ckpt.enable": False}, {"save_strategy": "no", "save_total_limit": None,
+                              "load_best_model_at_end": False, "enable_jit_checkpoint": False}),
+    ({"ckpt.save_last": False}, {"save_strategy": "best", "save_total_limit": 1}),
+    ({"ckpt.every_n_epochs": 2}, {"save_strategy": "epoch", "save_total_limit": None}),
+    ({"grad_clip": 0.5, "val.minimize": True, "val.first": True, "grad_accum_steps": 3},
+     {"max_grad_norm": 0.5, "greater_is_better": False, "eval_on_start": True,
+      "gradient_accumulation_steps": 3}),
+])
+def test_config_keys_map_onto_training_arguments(cfg: dict[str, Any],
+                                                 expected: dict[str, Any],
+                                                 tmp_path: Path) -> None:
+    s = make_scenario("args", [0.1, 0.2], cfg=cfg)
+    args = training_arguments(s, tmp_path)
+    assert {k: args[k] for k in expected} == expected
+    fixed = {"eval_strategy": "epoch", "metric_for_best_model": "score",
+             "restore_callback_states_from_checkpoint": True, "output_dir": str(tmp_path),
+             "num_train_epochs": 2, "report_to": "none", "use_cpu": True}
+    assert {k: args[k] for k in fixed} == fixed
+
+
+def _validations(scores: list[float], first: float | None = None,
+                 **cfg: Any) -> list[tuple[str, int, float, bool, bool]]:
+    _needs_transformers()
+    s = make_scenario("hf-events", scores, first=first, cfg=cfg)
+    with tempfile.TemporaryDirectory(prefix="trainspec-hf-test-") as root:
+        ctx = MemoryContext(Path(root))
+        HFTrainerAdapter().run(s, ctx)
+    return [(e["phase"], e["epoch"], e["score"], e["improved"], e["stop"]) for e in ctx.events
+            if e["ev"] == "val"]
+
+
+def test_events_report_the_trainers_own_decisions() -> None:
+    # the Trainer's best metric starts at -inf: +inf is a new best; its EarlyStoppingCallback
+    # never counts the first evaluation (state.best_metric is still None then)
+    seen = _validations([math.nan, 0.5, math.inf, 0.4], **{"val.patience": 1})
+    assert [(e, i, s) for _, e, _, i, s in seen] == [
+        (0, False, False), (1, True, False), (2, True, False), (3, False, True)]
+    assert math.isnan(seen[0][2])
+    assert seen[2][2] == math.inf
+    # eval_on_start: a validation before training that never competes for the best
+    first = _validations([0.5, 0.4], first=0.9, **{"val.patience": 1})
+    assert [(p, i, s) for p, _, _, i, s in first] == [
+        ("first", False, False), ("epoch", True, False), ("epoch", False, True)]
+
+
+def _write_checkpoint(root: Path, step: int, epoch: float, best: str | None,
+                      complete: bool = True) -> Path:
+    from safetensors.torch import save_file
+
+    d = root / f"checkpoint-{step}"
+    d.mkdir(parents=True)
+    save_file({"net.weight": torch.full((2, 4), float(step)), "net.bias": torch.zeros(2)},
+              str(d / "model.safetensors"))
+    if not complete:  # cut short: the Trainer writes trainer_state.json last
+        return d
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        torch.save({"state": {}, "step": step}, d / name)
+    state = {"epoch": epoch, "global_step": step, "best_metric": 0.5,
+             "best_model_checkpoint": None if best is None else str(root / best)}
+    (d / "trainer_state.json").write_text(json.dumps(state))
+    return d
+
+
+def test_checkpoint_directories_map_onto_roles(tmp_path: Path) -> None:
+    pytest.importorskip("safetensors")
+    _write_checkpoint(tmp_path, 6, 1.0, "checkpoint-6")
+    _write_checkpoint(tmp_path, 12, 2.0, "checkpoint-6")
+    _write_checkpoint(tmp_path, 18, 3.0, None, complete=False)
+    entries = HFTrainerAdapter().describe_checkpoints(tmp_path)
+    dirs = {(e["relpath"], e["role"]): e for e in entries if e["role"] is not None}
+    assert set(dirs) == {("checkpoint-18", "last"), ("checkpoint-6", "best"),
+                         ("checkpoint-12", "epoch")}
+    best = dirs["checkpoint-6", "best"]
+    assert (best["epoch"], best["step"], best["error"]) == (0, 6, None)
+    assert {"model.safetensors", "trainer_state.json"} <= set(best["keys"])
+    assert dirs["checkpoint-12", "epoch"]["epoch"] == 1
+    torn = dirs["checkpoint-18", "last"]
+    assert torn["epoch"] is None
+    assert "no trainer_state.json" in torn["error"]
+    # every file is listed too, without a role
+    files = {e["relpath"] for e in entries if e["role"] is None}
+    assert "checkpoint-6/optimizer.pt" in files
+    assert len(files) == 5 + 5 + 1
+
+
+def test_a_checkpoint_both_newest_and_best_is_listed_under_each_role(tmp_path: Path) -> None:
+    pytest.importorskip("safetensors")
+    _write_checkpoint(tmp_path, 6, 1.0, "checkpoint-6")
+    _write_checkpoint(tmp_path, 12, 2.0, "checkpoint-12")
+    roles = sorted((e["relpath"], e["role"]) for e in
+                   HFTrainerAdapter().describe_checkpoints(tmp_path) if e["role"])
+    assert roles == [("checkpoint-12", "best"), ("checkpoint-12", "last"),
+                     ("checkpoint-6", "epoch")]
+
+
+def test_a_mid_epoch_checkpoint_names_the_last_epoch_it_completed(tmp_path: Path) -> None:
+    pytest.importorskip("safetensors")
+    _write_checkpoint(tmp_path, 15, 2.5, None)  # a just-in-time checkpoint on SIGTERM
+    (entry,) = [e for e in HFTrainerAdapter().describe_checkpoints(tmp_path) if e["role"]]
+    assert (entry["role"], entry["epoch"], entry["step"]) == ("last", 1, 15)

@@ -1,0 +1,138 @@
+"""The Keras adapter runs through ``trainspec check`` and every selected clause gets a verdict.
+
+Whether Keras conforms is what the report says; these tests ask that the adapter works (the run
+completes, no clause comes out ``error``), that it reads Keras's own files right (roles, epoch
+from BackupAndRestore's metadata, step from the stored optimizer, nothing unpickled), and that
+its events carry what Keras decided.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trainspec.conformance.checks.common import make_scenario
+from trainspec.conformance.properties import MemoryContext
+from trainspec.conformance.trace import decode
+
+# the adapter runs Keras on its torch backend (Keras's own default, tensorflow, is not installed)
+os.environ.setdefault("KERAS_BACKEND", "torch")
+pytest.importorskip("keras")
+
+TARGET = "trainspec.adapters.keras:KerasAdapter"
+# keras 3.15 turns its torch tensors and variables into numpy arrays with np.array(x), and
+# numpy 2 warns that their __array__ lacks a `copy` keyword (keras/src/backend/torch/core.py,
+# keras/src/backend/common/variables.py)
+NUMPY_COPY = ("ignore:__array__ implementation doesn't accept a copy keyword"
+              r":DeprecationWarning:keras\.src\.backend\.")
+
+
+@pytest.mark.parametrize("selected", [
+    ("LOOP", "BEST-3", "BEST-4", "RES", "FT", "CKPT", "DBG"),  # files, resume, finetune, debug
+])
+def test_keras_adapter_gets_a_verdict_for_every_clause(tmp_path: Path,
+                                                       selected: tuple[str, ...]) -> None:
+    report_path = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(selected),
+         "--world-size", "1", "--report", str(report_path)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    report = json.loads(report_path.read_text())
+    assert report["environment"].get("framework", "").startswith("keras ")
+    chosen = [c for c in report["clauses"]
+              if c["id"] in selected or c["id"].split("-")[0] in selected]
+    assert chosen, "no clause of the selected families in the report"
+    print()
+    for c in chosen:
+        print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
+    missing = [c["id"] for c in chosen if not c.get("verdict")]
+    assert not missing, f"clauses without a verdict: {missing}"
+    errors = {c["id"]: c["evidence"] for c in chosen if c["verdict"] in ("error", "timeout")}
+    assert not errors, f"the adapter is broken: {errors}"
+
+
+def test_importing_the_adapter_does_not_import_keras() -> None:
+    code = ("import sys, trainspec.adapters.keras as m; "
+            "assert 'keras' not in sys.modules and 'h5py' not in sys.modules; "
+            "print(m.KerasAdapter().name)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "keras"
+
+
+def _events(ctx: MemoryContext, kind: str) -> list[dict[str, Any]]:
+    return [e for e in ctx.events if e.get("ev") == kind]
+
+
+@pytest.mark.filterwarnings(NUMPY_COPY)
+def test_a_run_reports_keras_decisions_and_describes_its_files(tmp_path: Path) -> None:
+    from trainspec.adapters.keras import KerasAdapter
+
+    adapter = KerasAdapter()
+    # 0.5, a tie, better: ModelCheckpoint saves best.keras at epochs 0 and 2 only
+    s = make_scenario("unit", [0.5, 0.5, 0.75], cfg={"ckpt.every_n_epochs": 1})
+    ctx = MemoryContext(tmp_path)
+    adapter.run(s, ctx)
+
+    vals = _events(ctx, "val")
+    assert [(v["epoch"], v["improved"], v["stop"]) for v in vals] == [
+        (0, True, False), (1, False, False), (2, True, False)]
+    end = _events(ctx, "end")[0]
+    assert end["train_step"] == 18  # 24 samples in batches of 4, 3 epochs
+    best_model, validated = decode(end["best_model"]), decode(vals[2]["weights"])
+    assert best_model.keys() == validated.keys() == {"linear/kernel", "linear/bias"}
+    assert all(torch.equal(best_model[k], validated[k]) for k in best_model)
+    test = _events(ctx, "test")[0]
+    assert test["used_best"] is True
+    assert all(torch.equal(decode(test["weights"])[k], validated[k]) for k in validated)
+
+    files = {f["relpath"]: f for f in adapter.describe_checkpoints(tmp_path)}
+    assert {k: f["role"] for k, f in files.items()} == {
+        "backup/latest.weights.h5": "last", "backup/training_metadata.json": None,
+        "best.keras": "best", "epoch01.keras": "epoch", "epoch02.keras": "epoch",
+        "epoch03.keras": "epoch"}
+    last = files["backup/latest.weights.h5"]
+    assert (last["epoch"], last["step"], last["error"]) == (2, 18, None)
+    assert last["keys"] == ["layers", "optimizer", "vars"]
+    best = files["best.keras"]
+    # a .keras archive stores no epoch; the optimizer's iteration counter is the step
+    assert (best["epoch"], best["step"], best["error"]) == (None, 18, None)
+    assert best["keys"] == ["config.json", "metadata.json", "model.weights.h5"]
+    assert files["epoch01.keras"]["step"] == 6
+
+
+class _RunsCode:
+    """Unpickling this object calls os.mkdir: a stand-in for any code a pickle can run."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.mkdir, (self.marker,))
+
+
+def test_describe_reads_damaged_and_foreign_files_without_running_them(tmp_path: Path) -> None:
+    from trainspec.adapters.keras import KerasAdapter
+
+    marker = tmp_path / "code-ran"
+    (tmp_path / "backup").mkdir()
+    # a torch pickle is a zip archive too: under Keras's names it must be refused, not loaded
+    torch.save({"payload": _RunsCode(str(marker))}, tmp_path / "best.keras")
+    torch.save({"payload": _RunsCode(str(marker))}, tmp_path / "backup" / "latest.weights.h5")
+    (tmp_path / "epoch01.keras").write_bytes(b"PK\x03\x04 truncated")
+    files = {f["relpath"]: f for f in KerasAdapter().describe_checkpoints(tmp_path)}
+    assert not marker.exists()
+    assert files["best.keras"]["role"] == "best"
+    assert "model.weights.h5" in files["best.keras"]["error"]
+    assert files["backup/latest.weights.h5"]["role"] == "last"
+    assert files["backup/latest.weights.h5"]["error"]
+    assert files["epoch01.keras"]["error"].startswith("BadZipFile")
