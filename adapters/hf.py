@@ -403,6 +403,9 @@ class HFTrainerAdapter:
         return {
             "BEST-1": f"{first}; {no_copy}",
             "PAT-5": f"{first}; {no_copy}",
+            "LOOP-2": "transformers/trainer.py, Trainer._inner_training_loop: "
+                      "if args.eval_on_start: self._evaluate(...) runs at the start of every "
+                      "train() call, a resumed one (epochs_trained > 0) included",
             "PAT-1": first,
             "NAN-1": best,
             "NAN-2": best,

@@ -257,6 +257,9 @@ class KerasAdapter:
                        "validation_freq skips) it warns and saves anyway, so best.keras then "
                        "holds that epoch's weights")
         return {
+            "LOOP-2": "keras/src/trainers/trainer.py, Trainer._should_eval: validates when "
+                      "(epoch + 1) % validation_freq == 0, so after epochs n-1, 2n-1, ..., and "
+                      "not necessarily after the final epoch",
             "BEST-1": f"{no_tracking}; {unmonitored}",
             "BEST-3": "keras/src/saving/saving_lib.py, _save_model_to_fileobj: a .keras archive "
                       "holds config.json, metadata.json (keras_version, date_saved) and "

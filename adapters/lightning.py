@@ -148,6 +148,9 @@ class LightningAdapter:
         return {
             "BEST-1": no_tracking,
             "PAT-5": no_tracking,
+            "LOOP-2": "lightning/pytorch/loops/training_epoch_loop.py, "
+                      "_TrainingEpochLoop._should_check_val_epoch: validates when "
+                      "(current_epoch + 1) % check_val_every_n_epoch == 0",
             "BEST-4": f"{nan_best}; Trainer.test(ckpt_path='best') then loads that file",
             "NAN-1": nan_best,
             "NAN-2": nan_best,
