@@ -12,14 +12,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 from trainspec.adapters.ignite import IgniteAdapter, _progress, _role
 from trainspec.conformance.checks.common import make_scenario
-from trainspec.conformance.scenario import CrashWhere
+from trainspec.conformance.properties import MemoryContext
 
 pytest.importorskip("ignite")
 
@@ -30,32 +29,6 @@ SELECTED = ("LOOP", "BEST", "RES", "FT", "CKPT")
 WIRING = ("LOOP-1", "LOOP-3", "LOOP-4", "RES-1", "RES-2", "RES-3", "FT-1", "FT-2", "FT-3")
 # importing ignite warns from torch.jit internals on torch 2.13; nothing else is excused
 TORCH_JIT_DEPRECATED = r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning"
-
-
-class _Recorder:
-    """A RunContext that keeps the events in memory and never interrupts the run."""
-
-    def __init__(self, root: Path) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._root = root
-
-    @property
-    def rank(self) -> int:
-        return 0
-
-    @property
-    def world_size(self) -> int:
-        return 1
-
-    @property
-    def ckpt_root(self) -> Path:
-        return self._root
-
-    def emit(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-
-    def crash_point(self, where: CrashWhere, epoch: int) -> None:
-        return None
 
 
 def test_ignite_adapter_gets_a_verdict_for_every_clause(tmp_path: Path) -> None:
@@ -120,7 +93,7 @@ def test_progress_reads_zero_based_epochs_and_ignite_iterations() -> None:
 def test_files_ignite_writes_are_described_by_role_epoch_and_step(tmp_path: Path) -> None:
     # 3 epochs of 6 batches; best at epoch 1; a periodic file every 2 (1-based) epochs
     s = make_scenario("describe", [0.3, 0.8, 0.5], cfg={"ckpt.every_n_epochs": 2})
-    ctx = _Recorder(tmp_path)
+    ctx = MemoryContext(tmp_path)
     adapter = IgniteAdapter()
     adapter.run(s, ctx)
     entries = {e["relpath"]: e for e in adapter.describe_checkpoints(tmp_path)}
