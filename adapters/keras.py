@@ -173,12 +173,18 @@ def _describe(path: Path) -> dict[str, Any]:
                 out.update(keys=sorted(h5.keys()),
                            types={k: type(v).__name__ for k, v in h5.items()})
             out["step"] = _stored_step(h5)
+            has_model, has_optimizer = "layers" in h5, "optimizer" in h5
     except Exception as e:  # the file is what is being judged: record, do not raise
         out["error"] = _error(e)
         return out
     # a .keras archive (config.json, metadata.json, model.weights.h5) stores no epoch;
     # BackupAndRestore keeps its epoch beside its weights
     out["epoch"] = _backup_epoch(path) if path.name == BACKUP_WEIGHTS else None
+    # in the spec's terms (CKPT-1): the archive's config.json is the model's architecture, not
+    # the run's config; Keras records no run id, and its schedules hold no state to save
+    present = {"epoch": out["epoch"] is not None, "step": out["step"] is not None,
+               "model": has_model, "optimizer": has_optimizer}
+    out["holds"] = [name for name, held in present.items() if held]
     return out
 
 

@@ -103,10 +103,13 @@ def test_a_run_reports_keras_decisions_and_describes_its_files(tmp_path: Path) -
     last = files["backup/latest.weights.h5"]
     assert (last["epoch"], last["step"], last["error"]) == (2, 18, None)
     assert last["keys"] == ["layers", "optimizer", "vars"]
+    # in the spec's terms: no run id, no run config (CKPT-1 judges these names)
+    assert last["holds"] == ["epoch", "step", "model", "optimizer"]
     best = files["best.keras"]
     # a .keras archive stores no epoch; the optimizer's iteration counter is the step
     assert (best["epoch"], best["step"], best["error"]) == (None, 18, None)
     assert best["keys"] == ["config.json", "metadata.json", "model.weights.h5"]
+    assert best["holds"] == ["step", "model", "optimizer"]
     assert files["epoch01.keras"]["step"] == 6
 
 

@@ -32,6 +32,8 @@ CRASHES = (
     CrashPoint(where="train_start", epoch=3),  # right after epoch 2's files
     CrashPoint(where="val_after_save", epoch=3),  # after best selection, before patience
     CrashPoint(where="train_end", epoch=2),  # mid-epoch: nothing of epoch 2 saved yet
+    CrashPoint(where="val_after_save", epoch=1),  # an improving epoch: best.pt is newer than
+    # the checkpoint the run resumes from
 )
 
 
@@ -138,7 +140,7 @@ def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
                 f"RES-3: {_at(crash)}, the newest best.pt says epoch "
                 f"{None if best is None else best.epoch}; uninterrupted: {want_best.epoch}")
     return f"same improvements, stop and best weights/best.pt (epoch 1) after {len(CRASHES)} " \
-        "kills, one between training and validation"
+        "kills, one between training and validation, one after an improving epoch's best.pt"
 
 
 _STATE_MEANING = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,6 +45,21 @@ class ForgetsPatienceOnResume(BaseTrainer):
     def _restore_tracking(self, ckpt: dict[str, Any]) -> None:
         super()._restore_tracking(ckpt)
         self.patience_left = self.cfg.val.patience
+
+
+class TakesBestScoreFromBestFile(BaseTrainer):
+    """On resume, takes the incumbent best score from the best.pt beside the checkpoint: the
+    newest best, which is right unless best.pt was written after that checkpoint (a kill
+    between the best save and the last save of an improving epoch)."""
+
+    def _restore_tracking(self, ckpt: dict[str, Any]) -> None:
+        super()._restore_tracking(ckpt)
+        load_from = self.cfg.ckpt.load_from
+        best = None if load_from is None else Path(load_from).parent / "best.pt"
+        if best is not None and best.is_file():
+            saved = torch.load(best, map_location="cpu", weights_only=True)["trainer_state"]
+            self.best_score = float(saved["best_score"])
+            self.best_epoch = saved["best_epoch"]
 
 
 class CheckpointsBeforeValidation(BaseTrainer):
