@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -152,7 +153,8 @@ def _build_parser() -> _Parser:
     matrix = sub.add_parser("matrix", help="check every installed built-in target side by side",
                             description="Run `check` on every built-in target whose adapter "
                             "and framework are installed; write matrix.json, matrix.md and "
-                            "matrix.html. Exit status 0 once written, whatever the verdicts; "
+                            "matrix.html. Exit status 0 once written, whatever the verdicts "
+                            "(1 with --compare when a verdict differs from the published one); "
                             "2 when no target could be checked.")
     matrix.add_argument("--out", type=Path, default=Path("trainspec-matrix"), metavar="DIR",
                         help="output folder (default: trainspec-matrix)")
@@ -165,6 +167,9 @@ def _build_parser() -> _Parser:
                         "workers (default 1)")
     matrix.add_argument("--profile", choices=("fast", "ci"), default="fast",
                         help="property checks: fast (60 generated runs each) or ci (250)")
+    matrix.add_argument("--compare", type=Path, metavar="MATRIX_JSON",
+                        help="then compare every verdict with a published matrix.json (e.g. "
+                        "docs/matrix.json): list each difference and exit 1 if any")
     matrix.set_defaults(func=_cmd_matrix)
     return parser
 
@@ -333,6 +338,14 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     from trainspec.conformance.report import format_summary
 
     registry.select(args.clauses)  # a bad --clauses fails before any worker starts
+    published = None
+    if args.compare is not None:  # read before the run: a bad file fails in a second
+        try:
+            raw = json.loads(args.compare.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--compare {args.compare}: cannot read it as JSON ({e}); expected "
+                             "a matrix.json written by `trainspec matrix`") from None
+        published = matrices.from_json(raw, source=f"--compare {args.compare}")
     names = None if args.targets is None else [
         n.strip() for n in args.targets.split(",") if n.strip()]
     result = matrices.check_targets(
@@ -350,6 +363,15 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     for name, why in result.not_installed.items():
         print(f"{name + ':':<{width + 1}} not installed ({why})")
     print(f"wrote {', '.join(str(p) for p in written)}")
+    if published is not None:
+        changed = matrices.differences(published, result)
+        for line in changed:
+            print(f"changed: {line}")
+        if changed:
+            print(f"{len(changed)} difference(s) from {args.compare}: remake the published "
+                  "matrix (`trainspec matrix --out docs`) if they are meant")
+            return 1
+        print(f"same verdicts as {args.compare}")
     return 0
 
 

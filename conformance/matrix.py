@@ -44,6 +44,7 @@ __all__ = [
     "ConformanceMatrix",
     "build",
     "check_targets",
+    "differences",
     "from_json",
     "missing_requirement",
     "to_html",
@@ -223,6 +224,24 @@ def from_json(data: object, *, source: str = "matrix") -> ConformanceMatrix:
                for n, raw in targets.items()}
     return ConformanceMatrix(trainspec=str(data.get("trainspec", "?")), reports=reports,
                              not_installed={str(k): str(v) for k, v in skipped.items()})
+
+
+def differences(published: ConformanceMatrix, now: ConformanceMatrix) -> list[str]:
+    """Where ``now`` and a ``published`` matrix disagree, one line each: a target checked in
+    only one of them, or a clause whose verdict changed (with the new evidence). Empty when
+    every verdict of every target they share, and the set of targets, are the same."""
+    out: list[str] = []
+    for name in published.reports.keys() - now.reports.keys():
+        out.append(f"{name}: in the published matrix, not checked now")
+    for name in now.reports.keys() - published.reports.keys():
+        out.append(f"{name}: checked now, not in the published matrix")
+    for name in (n for n in now.reports if n in published.reports):
+        for clause in now.reports[name].clauses:
+            was = _verdict(published, name, clause.id)
+            if was != clause.verdict:
+                out.append(f"{name} {clause.id}: published {was}, now {clause.verdict}: "
+                           f"{clause.evidence}")
+    return out
 
 
 # ------------------------------------------------------------------------------- Markdown

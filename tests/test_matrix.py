@@ -228,6 +228,46 @@ def test_matrix_command_writes_three_files_and_one_line_per_target(
     assert "[1/5] reference: done: 42 clauses" in err
 
 
+def test_matrix_compare_lists_each_changed_verdict_and_exits_1(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    published = tmp_path / "published.json"
+    published.write_text(json.dumps(matrices.to_json(_matrix())))
+    now = {"reference": _report("reference", {"DIST-5": "n/a"}),
+           "lightning": _report("lightning", {"RES-3": "pass", "BEST-1": "deviation",
+                                              "PAT-2": "timeout", "NAN-1": "error"},
+                                evidence={"RES-3": "resumed alike"})}
+    monkeypatch.setattr(api, "check", lambda target, **_: now[str(target)])
+    monkeypatch.setattr(matrices, "missing_requirement",
+                        lambda name, target: None if name in now else "absent here")
+    code = main(["matrix", "--out", str(tmp_path / "m"), "--compare", str(published)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "changed: lightning RES-3: published fail, now pass: resumed alike" in out
+    assert "1 difference(s) from" in out
+    # the same verdicts: exit 0 and say so
+    now["lightning"] = _matrix().reports["lightning"]
+    assert main(["matrix", "--out", str(tmp_path / "m"), "--compare", str(published)]) == 0
+    assert f"same verdicts as {published}" in capsys.readouterr().out
+
+
+def test_matrix_compare_names_what_it_could_not_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "m.json"
+    bad.write_text('{"targets": {}')
+    assert main(["matrix", "--out", str(tmp_path / "m"), "--compare", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"--compare {bad}: cannot read it as JSON" in err
+    assert not (tmp_path / "m").exists()  # refused before any check ran
+
+
+def test_matrix_differences_name_targets_checked_on_one_side_only() -> None:
+    published = _matrix()
+    now = matrices.build([_report("reference", {"DIST-5": "n/a"})], {})
+    assert matrices.differences(published, now) == [
+        "lightning: in the published matrix, not checked now"]
+
+
 def test_matrix_command_exits_2_when_no_target_can_be_checked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
