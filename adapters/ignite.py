@@ -31,6 +31,26 @@ never bent to pass a check:
 - the test pass: the best checkpoint loaded with ``Checkpoint.load_objects`` when one was saved,
   then a second evaluator run on the test loader.
 
+On several ranks (processes launched as torchrun launches them), the process group is Ignite's:
+``idist.initialize(backend, timeout=timedelta(seconds=ddp.timeout_s))`` joins it (the torchrun
+example of ``ignite.distributed.initialize``, whose documented kwargs for "gloo"/"nccl" are
+``timeout``, ``init_method``, ``rank``, ``world_size``; ``idist.Parallel`` under torchrun calls
+``initialize`` without them), with "gloo" unless ``ddp.backend`` says otherwise, and
+``idist.finalize()`` destroys it at the end, after a barrier on a healthy run. Inside it, as the
+docs of ``ignite.distributed.auto`` and Ignite's distributed examples do: ``idist.auto_model``
+(DistributedDataParallel), ``idist.auto_optim``, ``idist.auto_dataloader`` for every split (a
+DistributedSampler; the batch size given is the global one, divided by the world size),
+``device=idist.device()`` for the engines, and ``train_sampler.set_epoch(epoch-1)`` on
+EPOCH_STARTED as ``setup_common_training_handlers(train_sampler=...)`` does. The same calls are
+no-ops on one process. Checkpoint and DiskSaver are used as they are: Ignite's DiskSaver writes
+on rank 0 only (``save_on_rank=0``); the in-memory best copy (``ckpt.enable=false``) is kept on
+every rank. After training every rank passes ``idist.barrier()`` before the test pass loads the
+best file rank 0 wrote. The score metric's ``reset``/``update`` are ``@reinit__is_reduced`` and,
+for the task's "reduce_mean" metric, its ``compute`` is ``@sync_all_reduce("total",
+"count")``: Ignite sums each rank's (total, count) across ranks itself, as Ignite's guide to
+custom metrics shows. The "torchmetrics" metric is pooled by torchmetrics, as for every
+adapter; "local" leaves the score rank-local.
+
 Every DiskSaver takes ``require_empty=False`` (as Ignite's own ``setup_common_training_handlers``
 does): a resumed run writes into the folder that holds its checkpoint. With ``ckpt.enable=false``
 the best Checkpoint keeps its copy in memory (Ignite documents any callable as a save handler),
@@ -46,18 +66,25 @@ Ignite is imported inside the methods only: importing this module never imports 
 from __future__ import annotations
 
 import copy
+import datetime
 import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import torch
 from torch.nn import functional
-from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
 
 from trainspec.conformance.adapter import Capability, RunContext
-from trainspec.conformance.probe import rng_digests, task_data, task_model
+from trainspec.conformance.probe import (
+    pool_with_torchmetrics,
+    rng_digests,
+    task_data,
+    task_model,
+)
 from trainspec.conformance.scenario import Scenario
 from trainspec.conformance.trace import encode
 from trainspec.errors import AdapterError
@@ -146,9 +173,14 @@ def _model_state(content: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 def _snapshot(path: Path | None) -> dict[str, Any] | None:
     """Identity and content of a checkpoint file, in the suite's BestFile shape."""
-    if path is None or not path.is_file():
+    if path is None:
         return None
-    stat = path.stat()
+    try:  # on several ranks, rank 0 may remove the file while another rank looks at it
+        stat = path.stat()
+    except OSError:
+        return None
+    if not S_ISREG(stat.st_mode):
+        return None
     out: dict[str, Any] = {"path": str(path), "mtime_ns": stat.st_mtime_ns,
                            "size": stat.st_size}
     content, error = _load(path)
@@ -163,25 +195,37 @@ def _snapshot(path: Path | None) -> dict[str, Any] | None:
 def _newest(root: Path, role: str) -> Path | None:
     if not root.exists():
         return None
-    found = [p for p in root.rglob("*.pt") if p.is_file() and _role(p.name) == role]
-    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+    found: list[tuple[Path, int]] = []
+    for path in root.rglob("*.pt"):
+        if _role(path.name) != role:
+            continue
+        try:  # on several ranks, rank 0 may remove a file while another rank lists them
+            stat = path.stat()
+        except OSError:
+            continue
+        if S_ISREG(stat.st_mode):
+            found.append((path, stat.st_mtime_ns))
+    return max(found, key=lambda f: f[1])[0] if found else None
 
 
 class IgniteAdapter:
-    """Runs scenarios through Ignite engines and handlers on one CPU process."""
+    """Runs scenarios through Ignite engines and handlers, on one CPU process or on each rank
+    of a world launched as torchrun launches one."""
 
     name = "ignite"
 
     def capabilities(self) -> frozenset[Capability]:
-        # not declared: multi_rank (this adapter runs one process; ignite.distributed is not
-        # wired), sigterm (Ignite installs no SIGTERM handler),
+        # multi_rank: ignite.distributed joins the launched world (idist.initialize with the
+        # timeout), DDP through idist.auto_model, the score pooled by sync_all_reduce.
+        # not declared: sigterm (Ignite installs no SIGTERM handler),
         # start_patience (EarlyStopping cannot express it), debug (Ignite has no debug mode:
         # run(epoch_length=...) shortens the training epoch only; evaluation, checkpoint
         # handlers and the schedule are untouched), rng_state (Ignite's checkpoints hold no RNG
         # states; create_supervised_trainer(deterministic=True) reseeds per epoch instead, and
         # it is not the default)
         return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "val_first",
-                          "val_every_n", "test_pass", "grad_accum", "eval_only"})
+                          "val_every_n", "test_pass", "grad_accum", "eval_only",
+                          "multi_rank"})
 
     def environment(self) -> dict[str, str | None]:
         import ignite
@@ -203,7 +247,25 @@ class IgniteAdapter:
                     "no_improvement = score <= best_score + threshold is False for NaN (and for "
                     "any score once best_score is NaN), so NaN resets the counter and becomes "
                     "best_score")
+        stale_remove = (f"{ck}.__call__ and DiskSaver.remove: a resumed best Checkpoint "
+                        "removes the file its restored state lists with path.unlink(), which "
+                        "raises FileNotFoundError once the interrupted run replaced that file "
+                        "after the checkpoint it resumes from was written")
         return {
+            "RES-1": stale_remove,
+            "RES-2": stale_remove,
+            "RES-3": stale_remove,
+            "DIST-2": "ignite/handlers/early_stopping.py, EarlyStopping.__call__: decides on "
+                      "this rank's score_function value and calls trainer.terminate() on this "
+                      "rank only; nothing makes the ranks' decisions agree",
+            "DIST-3": f"{ck}.__call__: keeps a score iff this rank's score_function value beats "
+                      "its own kept priority (_compare_fn) and fires SAVED_CHECKPOINT on that "
+                      "rank; nothing makes the ranks' decisions agree, only the write is rank "
+                      "0's (DiskSaver.__call__)",
+            "DIST-4": f"{ck}.__call__ removes the old file (save_handler.remove), then "
+                      "DiskSaver.__call__ writes on save_on_rank only, and neither waits for "
+                      "the other ranks nor makes them wait (no barrier): they go on to the next "
+                      "epoch while rank 0 still writes",
             "LOOP-2": f"{every}; ignite/engine/engine.py, Engine._internal_run_as_gen fires "
                       "Events.STARTED on every run() call, a resumed one too",
             "BEST-1": f"{first_saved}; {compare}",
@@ -260,7 +322,19 @@ class IgniteAdapter:
         return entries
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
-        _Run(scenario, ctx).run()
+        if ctx.world_size == 1:
+            _Run(scenario, ctx).run()
+            return
+        # launched as torchrun launches: Ignite joins the world (env://), spawns nothing
+        import ignite.distributed as idist
+
+        timeout = datetime.timedelta(seconds=float(scenario.get("ddp.timeout_s")))
+        idist.initialize(scenario.get("ddp.backend") or "gloo", timeout=timeout)
+        try:
+            _Run(scenario, ctx).run()
+            idist.barrier()  # every rank done before the group goes
+        finally:
+            idist.finalize()
 
 
 class _Run:
@@ -279,6 +353,7 @@ class _Run:
         self.schedulers: list[torch.optim.lr_scheduler.LRScheduler] = []
 
     def run(self) -> None:
+        import ignite.distributed as idist
         from ignite.engine import Events, create_supervised_evaluator, create_supervised_trainer
         from ignite.handlers.param_scheduler import LRScheduler
         from ignite.utils import manual_seed
@@ -288,21 +363,28 @@ class _Run:
         seed = int(get("seed"))
         manual_seed(seed)
         splits = task_data(task, seed)
-        train_loader = DataLoader(splits["train"], batch_size=task.batch_size,
-                                  shuffle=task.shuffle)
-        self.val_loader = DataLoader(splits["val"], batch_size=task.batch_size)
-        self.test_loader = DataLoader(splits["test"], batch_size=task.batch_size)
+        # on one process plain DataLoaders; on several a DistributedSampler each, and the
+        # global batch size split over the ranks
+        train_loader: Any = idist.auto_dataloader(  # a DataLoader (XLA: its own loader)
+            splits["train"], batch_size=task.batch_size, shuffle=task.shuffle)
+        self.val_loader: Any = idist.auto_dataloader(
+            splits["val"], batch_size=task.batch_size, shuffle=False)
+        self.test_loader: Any = idist.auto_dataloader(
+            splits["test"], batch_size=task.batch_size, shuffle=False)
+        self.device = device = idist.device()
+        self.train_batch_size = train_loader.batch_size
         num_epochs = int(get("num_epochs"))
         total_steps = max(1, len(train_loader) * max(num_epochs, 1))
         if get("grad_clip") is not None:
             raise AdapterError("grad_clip: Ignite 0.5.5's create_supervised_trainer and "
                                "supervised_training_step take no gradient clipping argument")
 
-        self.model = model = task_model(task)
-        self.optim = optimizer = self.optimizer(model)
+        self.net = task_model(task)  # the task's model; self.model is what Ignite trains
+        self.model = model = idist.auto_model(self.net)  # DistributedDataParallel on >1 rank
+        self.optim = optimizer = idist.auto_optim(self.optimizer(self.net))
         optimizer.register_step_post_hook(self.count_step)
         self.trainer = trainer = create_supervised_trainer(
-            model, optimizer, functional.cross_entropy,
+            model, optimizer, functional.cross_entropy, device=device,
             gradient_accumulation_steps=int(get("grad_accum_steps")))
         to_save: dict[str, Any] = {"model": model, "optimizer": optimizer}
         if task.scheduler:
@@ -318,13 +400,17 @@ class _Run:
 
         # the suite's own handlers first on each event: they observe what Ignite does next
         trainer.add_event_handler(Events.EPOCH_STARTED, self.train_start)
+        sampler = train_loader.sampler
+        if isinstance(sampler, DistributedSampler):  # as setup_common_training_handlers does
+            trainer.add_event_handler(Events.EPOCH_STARTED,
+                                      lambda engine: sampler.set_epoch(engine.state.epoch - 1))
         trainer.add_event_handler(Events.ITERATION_COMPLETED, self.count_batch)
         trainer.add_event_handler(Events.EPOCH_COMPLETED, self.train_end)
         self.attach_validation(to_save)
         to_load = self.attach_checkpoints(to_save)
         self.load(to_load)
 
-        self.final = _weights(model)
+        self.final = _weights(self.net)
         ctx.emit({"ev": "setup", "ckpt_given": get("ckpt.load_from") is not None,
                   "train_len_seen": len(train_loader), "schedule_steps": total_steps,
                   "epoch": 0, "train_step": 0,
@@ -333,8 +419,10 @@ class _Run:
                                "ckpt.enable": get("ckpt.enable"), "save_preds.enable": None,
                                "wandb.mode": None}})
         trainer.run(train_loader, max_epochs=num_epochs)
-        self.final = _weights(model)
-        self.test(create_supervised_evaluator(model))
+        self.final = _weights(self.net)
+        if ctx.world_size > 1:
+            idist.barrier()  # the best file rank 0 wrote is complete before any rank loads it
+        self.test(create_supervised_evaluator(model, device=device))
         ctx.emit({"ev": "end", "epoch": int(trainer.state.epoch),
                   "train_step": int(trainer.state.iteration),
                   "best_file": self.best_snapshot(), "final_weights": encode(self.final),
@@ -348,24 +436,48 @@ class _Run:
         from ignite.handlers import Checkpoint, EarlyStopping, global_step_from_engine
         from ignite.handlers.checkpoint import CheckpointEvents
         from ignite.metrics import Metric
+        from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
 
         run, get, trainer = self, self.get, self.trainer
 
         class ScriptedScore(Metric):
             """This rank's scripted (total, count) of the validation, as an Ignite metric: the
-            batches go through the model, the score is the script's total / count."""
+            batches go through the model, the score is the script's total / count. Written
+            as Ignite's guide to custom metrics says for distributed use: ``reset`` and
+            ``update`` are ``@reinit__is_reduced``."""
 
+            @reinit__is_reduced
             def reset(self) -> None:
                 self.total, self.count = 0.0, 0.0
 
+            @reinit__is_reduced
             def update(self, output: Any) -> None:
                 self.total, self.count = run.pair
 
-            def compute(self) -> float:
+            def compute(self) -> float:  # rank-local: the task's "local" metric
                 return math.nan if self.count == 0 else self.total / self.count
 
-        evaluator = create_supervised_evaluator(self.model,
-                                                metrics={MONITOR: ScriptedScore()})
+        class PooledScore(ScriptedScore):
+            """The same, pooled across ranks by Ignite: ``@sync_all_reduce`` sums every rank's
+            total and count before ``compute`` (sum of totals over sum of counts; a NaN
+            total makes the sum NaN; no count anywhere: NaN). A no-op on one process."""
+
+            @sync_all_reduce("total", "count")
+            def compute(self) -> float:
+                return super().compute()
+
+        class TorchmetricsScore(ScriptedScore):
+            """The task's "torchmetrics" score: pooled by torchmetrics, as for every adapter
+            (``pool_with_torchmetrics``), inside Ignite's metric."""
+
+            def compute(self) -> float:
+                return pool_with_torchmetrics(self.total, self.count)
+
+        metric = self.scenario.task.metric
+        score = {"local": ScriptedScore, "torchmetrics": TorchmetricsScore}.get(
+            metric, PooledScore)()
+        evaluator = create_supervised_evaluator(self.model, metrics={MONITOR: score},
+                                                device=self.device)
         evaluator.register_events(*CheckpointEvents)
         sign = -1.0 if get("val.minimize") else 1.0
         score_function = Checkpoint.get_default_score_fn(MONITOR, score_sign=sign)
@@ -485,7 +597,7 @@ class _Run:
 
         def on_start(engine: Any) -> None:
             self.ctx.emit({"ev": "test", "used_best": best is not None,
-                           "weights": encode(_weights(self.model))})
+                           "weights": encode(_weights(self.net))})
 
         tester.add_event_handler(Events.STARTED, on_start)
         tester.run(self.test_loader)
@@ -502,8 +614,7 @@ class _Run:
         epoch = int(engine.state.epoch) - 1  # Ignite counts epochs from 1
         self.ctx.crash_point("train_start", epoch)
         self.batches, self.start_steps = 0, self.steps
-        model: torch.nn.Module = self.model
-        state: dict[str, Any] = {"weights": _weights(model),
+        state: dict[str, Any] = {"weights": _weights(self.net),
                                  "optimizer": self.optim.state_dict(), "rng": rng_digests()}
         if self.schedulers:
             state["scheduler"] = self.schedulers[0].state_dict()
@@ -515,7 +626,7 @@ class _Run:
 
     def train_end(self, engine: Any) -> None:
         epoch = int(engine.state.epoch) - 1
-        self.final = _weights(self.model)
+        self.final = _weights(self.net)
         # Ignite draws every batch of a loader it runs on; there is no third, eval split
         lens: dict[str, int | None] = {"eval_loader": None, "val_loader": len(self.val_loader),
                                        "test_loader": len(self.test_loader)}
@@ -523,7 +634,7 @@ class _Run:
                        "train_step": int(engine.state.iteration), "batches": self.batches,
                        "optimizer_steps": self.steps - self.start_steps,
                        "loader_len": int(engine.state.epoch_length),
-                       "loader_batch_size": self.scenario.task.batch_size,
+                       "loader_batch_size": self.train_batch_size,
                        "loader_lens": lens, "loader_batches": lens})
         self.ctx.crash_point("train_end", epoch)
 
@@ -543,7 +654,7 @@ class _Run:
                        "score": float(evaluator.state.metrics[MONITOR]),
                        "improved": self.saved_best,
                        "stop": bool(self.trainer.should_terminate),
-                       "weights": encode(_weights(self.model)),
+                       "weights": encode(_weights(self.net)),
                        "best_file": self.best_snapshot()})
 
     # the best model, as the best Checkpoint keeps it

@@ -43,7 +43,12 @@ from torch.nn import functional
 from torch.utils.data import DataLoader
 
 from trainspec.conformance.adapter import Capability, RunContext
-from trainspec.conformance.probe import rng_digests, task_data, task_model
+from trainspec.conformance.probe import (
+    pool_with_torchmetrics,
+    rng_digests,
+    task_data,
+    task_model,
+)
 from trainspec.conformance.scenario import Scenario
 from trainspec.conformance.trace import encode
 
@@ -258,17 +263,8 @@ class _Run:
                 # (Lightning weights each rank by its batch sizes); or a rank-local value
                 total, count = s.scores.pairs(self.trainer.current_epoch, ctx.rank)
                 local = math.nan if count == 0 else total / count
-                if task.metric == "torchmetrics":
-                    # as the probe does: two synced sums, NaN kept (torchmetrics' defaults
-                    # would drop a NaN, which is a metric library's choice, not Lightning's)
-                    from torchmetrics.aggregation import SumMetric
-
-                    sums = [SumMetric(nan_strategy="disable") for _ in range(2)]
-                    sums[0].update(torch.tensor(total, dtype=torch.float64))
-                    sums[1].update(torch.tensor(count, dtype=torch.float64))
-                    pooled_total, pooled_count = (float(m.compute()) for m in sums)
-                    self.log(MONITOR, math.nan if pooled_count == 0
-                             else pooled_total / pooled_count)
+                if task.metric == "torchmetrics":  # pooled as for every adapter
+                    self.log(MONITOR, pool_with_torchmetrics(total, count))
                 elif task.metric == "reduce_mean":
                     # a rank without samples adds nothing (0 * 0); all without: 0/0 = NaN
                     self.log(MONITOR, local if count else 0.0, sync_dist=True,

@@ -29,8 +29,8 @@ from trainspec.conformance.scenario import CrashWhere, Scenario, Task
 from trainspec.conformance.trace import encode
 from trainspec.errors import AdapterError
 
-__all__ = ["make_probe", "newest_file", "rng_digests", "snapshot_file", "task_data",
-           "task_model"]
+__all__ = ["make_probe", "newest_file", "pool_with_torchmetrics", "rng_digests", "snapshot_file",
+           "task_data", "task_model"]
 
 
 def _plain_weights(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -107,6 +107,22 @@ def snapshot_file(path: Path | None) -> dict[str, Any] | None:
     except AdapterError as e:
         out["error"] = str(e)
     return out
+
+
+def pool_with_torchmetrics(total: float, count: float,
+                           device: torch.device | None = None) -> float:
+    """The task's "torchmetrics" score: every rank's total and count summed by two synced
+    torchmetrics ``SumMetric``s, NaN kept (``nan_strategy="disable"``), then total / count
+    (NaN when no rank counted). Two sums rather than a weighted ``MeanMetric``: torchmetrics
+    1.9's MeanMetric drops the weight when nan_strategy="disable". Every adapter scoring a
+    "torchmetrics" task pools through this, so the metric library is the same for all."""
+    from torchmetrics.aggregation import SumMetric
+
+    sums = [SumMetric(nan_strategy="disable").to(device or "cpu") for _ in range(2)]
+    sums[0].update(torch.tensor(total, dtype=torch.float64))
+    sums[1].update(torch.tensor(count, dtype=torch.float64))
+    pooled_total, pooled_count = (float(m.compute()) for m in sums)
+    return math.nan if pooled_count == 0 else pooled_total / pooled_count
 
 
 def task_data(task: Task, seed: int) -> dict[str, TensorDataset]:
@@ -291,15 +307,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
             if task.metric == "local":
                 return math.nan if count == 0 else total / count
             if task.metric == "torchmetrics":
-                # two synced sums rather than a weighted MeanMetric: torchmetrics 1.9's
-                # MeanMetric drops the weight when nan_strategy="disable"
-                from torchmetrics.aggregation import SumMetric
-
-                sums = [SumMetric(nan_strategy="disable").to(self.device) for _ in range(2)]
-                sums[0].update(torch.tensor(total, dtype=torch.float64))
-                sums[1].update(torch.tensor(count, dtype=torch.float64))
-                pooled_total, pooled_count = (float(m.compute()) for m in sums)
-                return math.nan if pooled_count == 0 else pooled_total / pooled_count
+                return pool_with_torchmetrics(total, count, self.device)
             return float(self.reduce_mean(total, count))
 
         def test(self) -> None:

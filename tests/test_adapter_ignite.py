@@ -25,32 +25,44 @@ pytest.importorskip("ignite")
 TARGET = "trainspec.adapters.ignite:IgniteAdapter"
 SELECTED = ("LOOP", "BEST", "RES", "FT", "CKPT")
 # these pass when Ignite is wired as its docs say (trainer state, handlers and the best
-# Checkpoint in to_save, load_objects before run); a fail here is the adapter's
-WIRING = ("LOOP-1", "LOOP-3", "LOOP-4", "RES-1", "RES-2", "RES-3", "FT-1", "FT-2", "FT-3")
+# Checkpoint in to_save, load_objects before run; on two ranks, the score pooled by Ignite's
+# sync_all_reduce); a fail here is the adapter's
+WIRING = ("LOOP-1", "LOOP-3", "LOOP-4", "RES-1", "RES-2", "RES-3", "FT-1", "FT-2", "FT-3",
+          "DIST-1")
+# ...except Ignite's own failure on a resume after an improving epoch's best save: the restored
+# best Checkpoint removes a file the interrupted run already replaced (DiskSaver.remove raises)
+STALE_REMOVE = ("RES-1", "RES-2", "RES-3")
 # importing ignite warns from torch.jit internals on torch 2.13; nothing else is excused
 TORCH_JIT_DEPRECATED = r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning"
 
 
-def test_ignite_adapter_gets_a_verdict_for_every_clause(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("selected", "world_size"), [
+    (SELECTED, 1),
+    (("DIST-1", "DIST-3"), 2),  # ignite.distributed joining the suite's 2-rank world
+])
+def test_ignite_adapter_gets_a_verdict_for_every_clause(
+        tmp_path: Path, selected: tuple[str, ...], world_size: int) -> None:
     report_path = tmp_path / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(SELECTED),
-         "--world-size", "1", "--report", str(report_path)],
+        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(selected),
+         "--world-size", str(world_size), "--report", str(report_path)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
     assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     report = json.loads(report_path.read_text())
     assert report["environment"].get("framework", "").startswith("pytorch-ignite ")
-    selected = [c for c in report["clauses"] if c["id"].split("-")[0] in SELECTED]
-    assert selected, "no clause of the selected families in the report"
+    chosen = [c for c in report["clauses"]
+              if c["id"] in selected or c["id"].split("-")[0] in selected]
+    assert chosen, "no clause of the selected families in the report"
     print()
-    for c in selected:
+    for c in chosen:
         print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
-    missing = [c["id"] for c in selected if not c.get("verdict")]
+    missing = [c["id"] for c in chosen if not c.get("verdict")]
     assert not missing, f"clauses without a verdict: {missing}"
-    errors = {c["id"]: c["evidence"] for c in selected if c["verdict"] == "error"}
+    errors = {c["id"]: c["evidence"] for c in chosen if c["verdict"] in ("error", "timeout")}
     assert not errors, f"the adapter is broken: {errors}"
-    wired = {c["id"]: c["evidence"] for c in selected
-             if c["id"] in WIRING and c["verdict"] != "pass"}
+    wired = {c["id"]: c["evidence"] for c in chosen
+             if c["id"] in WIRING and c["verdict"] != "pass"
+             and not (c["id"] in STALE_REMOVE and "DiskSaver.remove" in c["evidence"])}
     assert not wired, f"the adapter's wiring of Ignite is broken: {wired}"
 
 
