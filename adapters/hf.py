@@ -7,6 +7,20 @@ and never bent to pass a check:
   greater_is_better=not val.minimize, num_train_epochs=num_epochs, seed=seed,
   gradient_accumulation_steps=grad_accum_steps, max_grad_norm=grad_clip, eval_on_start=val.first,
   use_cpu=True, report_to="none", ...)``, with ``output_dir`` the run's checkpoint folder;
+- several ranks: each rank's process is started as torchrun starts it (``RANK``,
+  ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``), and the same script runs on
+  each, as HF's distributed-training docs say; the Trainer reads that environment through
+  accelerate and runs DDP, with ``ddp_backend`` (``ddp.backend``, gloo when unset: the only
+  collective backend accelerate takes with ``use_cpu``; any other is refused) and
+  ``ddp_timeout=ddp.timeout_s``, the TrainingArguments fields for a distributed run. Both are
+  passed on several ranks only: with ``ddp_backend`` set and no distributed launch, accelerate's
+  PartialState asks torch for a world size and fails. With ``use_cpu=True`` under that
+  environment accelerate's PartialState is a MULTI_CPU state that calls ``init_process_group``
+  itself, and TrainingArguments hands it the backend but not ``ddp_timeout`` (only its non-CPU
+  branches pass a timeout): on the CPU the group keeps torch's default timeout, whatever
+  ``ddp_timeout`` says (the Trainer's, reported under DIST-5). Without ``use_cpu`` a CPU-only
+  machine gets the timeout but a DistributedType.NO state: no DDP at all. ``trainer.end()``,
+  the documented last call of a script, destroys the process group;
 - checkpoints: ``save_strategy="epoch"`` and ``load_best_model_at_end=True`` when
   ``ckpt.enable``. ``save_total_limit=2`` keeps the newest checkpoint and the best one (the
   Trainer protects both); 1 would not do: at the end of training the Trainer deletes every
@@ -34,8 +48,27 @@ and never bent to pass a check:
 The model is a ``torch.nn.Module`` around the suite's task model whose forward returns
 ``{"loss", "logits"}``; a data collator turns the task's (x, y) pairs into ``{"x", "labels"}`` and
 draws once from python's and numpy's generators per batch, as a pipeline's augmentations would.
-The scripted score reaches the Trainer as its evaluation metric: ``compute_metrics`` returns
-``{"score": ...}``, and a validation's event reports ``eval_score`` as the Trainer recorded it.
+The scripted score reaches the Trainer as its evaluation metric, the way a per-sample metric
+does (a token accuracy: correct tokens over counted tokens, summed over samples). Each sample of
+the validation split carries a second label, ``tally``, its (total, count) in the validation in
+progress (``label_names=["labels", "tally"]``): a rank's scripted (total, count) sits on the
+first validation sample that rank evaluates, and every other sample carries (0, 0). Which
+samples a rank evaluates is accelerate's documented sharding of the Trainer's eval loader
+(``BatchSamplerShard``, ``split_batches=False``): whole batches dealt in turn, batch ``b`` to
+rank ``b % world_size``, with padding from the split's start to even them out. The Trainer
+gathers every rank's labels (``gather_for_metrics``, which drops the padding) before calling
+``compute_metrics`` on every rank, and ``compute_metrics`` returns ``{"score": sum of totals /
+sum of counts}`` over the gathered tallies (NaN when nothing was counted): the pooling across
+ranks is the Trainer's, a sample counted twice or missed would show in the score. With
+``Task.metric == "torchmetrics"`` the two sums are torchmetrics ``SumMetric``s over the gathered
+tallies (``sync_on_compute=False``: the Trainer has already gathered them; torchmetrics' own
+sync would count each sample once per rank); with ``"local"`` ``compute_metrics`` returns this
+rank's own total / count, a score the ranks do not share (each rank's Trainer then keeps its own
+best and patience). ``per_device_eval_batch_size`` is the task's batch size, cut to
+``ceil(n_val / world_size)`` when the ranks outnumber the validation batches, so that every rank
+evaluates samples of its own; a rank with a scripted count and still no sample (more ranks than
+samples) cannot be staged, and the adapter refuses the scenario. A validation's event reports
+``eval_score`` as the Trainer recorded it.
 
 A small callback turns the Trainer's hooks into the suite's events. A validation's ``improved``
 is whether the Trainer's own ``state.best_metric`` moved at that evaluation (from its initial
@@ -66,7 +99,7 @@ Not declared: ``val_every_n`` (the nearest the Trainer has, ``eval_strategy="ste
 last, where the spec asks for 0, n, 2n, ... and the last; and ``load_best_model_at_end`` would
 then tie saving to the same interval), ``start_patience``
 (EarlyStoppingCallback has no counterpart), ``debug`` (the Trainer has no debug mode cutting
-every split to one batch), ``multi_rank`` (this adapter runs one process).
+every split to one batch).
 
 transformers is imported inside the methods only: importing this module never imports it.
 """
@@ -94,6 +127,7 @@ from trainspec.errors import AdapterError
 __all__ = ["HFTrainerAdapter", "training_arguments"]
 
 MONITOR = "score"
+TALLY = "tally"  # the validation samples' second label: their (total, count)
 _PREFIX = "net."  # the model's attribute holding the task's model
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -101,6 +135,8 @@ _STATE_FILE = "trainer_state.json"
 # torch files a resume reads, loaded weights-only when described; training_args.bin (a pickled
 # TrainingArguments) is written "as good practice" and never read back by the Trainer
 _RESUME_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth")
+# on several ranks each rank saves its own RNG state, rng_state_<rank>.pth, instead
+_RANK_RNG = re.compile(r"^rng_state_(\d+)\.pth$")
 
 
 def _offline() -> None:
@@ -115,17 +151,20 @@ class _Model(torch.nn.Module):
         super().__init__()
         self.net = net
 
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None
-                ) -> dict[str, torch.Tensor]:
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None,
+                tally: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        # ``tally`` is a label the metric reads and the loss does not: the Trainer passes every
+        # label to forward, and keeps only the inputs forward names
         logits: torch.Tensor = self.net(x)
         if labels is None:
             return {"logits": logits}
         return {"loss": functional.cross_entropy(logits, labels), "logits": logits}
 
 
-def _collate(batch: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The task's (x, y) pairs as the model's keyword arguments; one draw from python's and
-    numpy's generators per batch, as a pipeline's augmentations would (RES-4)."""
+def _collate(batch: Sequence[tuple[torch.Tensor, ...]]) -> dict[str, torch.Tensor]:
+    """The task's (x, y) pairs, or (x, y, tally) triples of a scored split, as the model's
+    keyword arguments; one draw from python's and numpy's generators per batch, as a
+    pipeline's augmentations would (RES-4)."""
     random.random()
     try:
         import numpy
@@ -133,8 +172,79 @@ def _collate(batch: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, to
         pass
     else:
         numpy.random.random()
-    xs, ys = zip(*batch, strict=True)
-    return {"x": torch.stack(xs), "labels": torch.stack(ys)}
+    columns = list(zip(*batch, strict=True))
+    out = {"x": torch.stack(columns[0]), "labels": torch.stack(columns[1])}
+    if len(columns) > 2:
+        out[TALLY] = torch.stack(columns[2])
+    return out
+
+
+def _rank_batches(n_samples: int, batch_size: int, world_size: int) -> int:
+    """How many batches one rank draws from a split: accelerate deals whole batches in turn
+    and evens them out across ranks (``BatchSamplerShard``, ``even_batches=True``)."""
+    batches = -(-n_samples // batch_size)
+    return -(-batches // world_size)
+
+
+def eval_batch_size(task: Task, world_size: int) -> int:
+    """``per_device_eval_batch_size``: the task's batch size, cut when the ranks outnumber the
+    validation batches so that every rank evaluates validation samples of its own."""
+    return max(1, min(task.batch_size, -(-task.n_val // world_size)))
+
+
+def eval_holders(n_samples: int, batch_size: int, world_size: int) -> list[int]:
+    """The rank that evaluates each sample of an evaluation split, as accelerate shards the
+    Trainer's eval loader (``BatchSamplerShard``, ``split_batches=False``): whole batches dealt
+    in turn, batch ``b`` to rank ``b % world_size``. What a rank is dealt beyond these, to even
+    the batches out, repeats the split's first samples: padding, which ``gather_for_metrics``
+    drops."""
+    return [(i // batch_size) % world_size for i in range(n_samples)]
+
+
+def sample_tallies(pairs: Sequence[tuple[float, float]], holders: Sequence[int]
+                   ) -> list[tuple[float, float]]:
+    """Each sample's (total, count) in one validation: rank r's scripted pair on the first
+    sample rank r evaluates, (0, 0) on every other sample. Summed over the samples, each once,
+    they give sum(totals) and sum(counts) exactly (a sum with zeros rounds nothing)."""
+    out = [(0.0, 0.0)] * len(holders)
+    for rank, pair in enumerate(pairs):
+        first = next((i for i, holder in enumerate(holders) if holder == rank), None)
+        if first is not None:
+            out[first] = (float(pair[0]), float(pair[1]))
+    return out
+
+
+def pooled_tally(tally: Any, metric: str) -> float:
+    """``compute_metrics``' score: sum of totals over sum of counts of the gathered tallies
+    (NaN when nothing was counted); summed as they are, or by two torchmetrics ``SumMetric``s."""
+    rows = torch.as_tensor(tally, dtype=torch.float64).reshape(-1, 2)
+    if metric == "torchmetrics":
+        from torchmetrics.aggregation import SumMetric
+
+        # NaN kept, as the probe keeps it; no sync: the Trainer has gathered every rank's rows
+        sums = [SumMetric(nan_strategy="disable", sync_on_compute=False) for _ in range(2)]
+        for metric_sum, column in zip(sums, rows.unbind(dim=1), strict=True):
+            metric_sum.update(column)
+        total, count = (float(m.compute()) for m in sums)
+    else:
+        total, count = (float(column.sum()) for column in rows.unbind(dim=1))
+    return math.nan if count == 0 else total / count
+
+
+class _Scored(torch.utils.data.Dataset[tuple[torch.Tensor, ...]]):
+    """An evaluation split whose samples carry, after (x, y), their tally in the evaluation in
+    progress (read when the sample is loaded)."""
+
+    def __init__(self, split: torch.utils.data.Dataset[tuple[torch.Tensor, ...]], size: int,
+                 tally: Callable[[int], tuple[float, float]]) -> None:
+        self.split, self.size, self.tally = split, size, tally
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        x, y = self.split[index]
+        return x, y, torch.tensor(self.tally(index), dtype=torch.float64)
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -253,16 +363,17 @@ def _describe_dir(directory: Path, root: Path, role: str | None) -> dict[str, An
                 else "dict"
         except Exception as e:  # the file is what is being judged
             problems.append(f"{weights.name}: {_reason(e)}")
-    for name in (*_RESUME_FILES, "training_args.bin"):
+    for name in (*_resume_files(directory), "training_args.bin"):
         path = directory / name
+        needed = name != "training_args.bin"  # never read back by the Trainer
         if not path.is_file():
-            if name in _RESUME_FILES:
+            if needed:
                 problems.append(f"no {name}")
             continue
         content, how, load_error = _load_torch_file(path)
         if load_error is not None:
             entry["types"][name] = f"does not load weights-only ({load_error})"
-            if name in _RESUME_FILES:  # training_args.bin is never read back by the Trainer
+            if needed:
                 problems.append(f"{name} does not load weights-only ({load_error})")
         else:
             entry["types"][name] = f"{type(content).__name__} ({how})"
@@ -275,6 +386,16 @@ def _describe_dir(directory: Path, root: Path, role: str | None) -> dict[str, An
                "scheduler": (directory / "scheduler.pt").is_file()}
     entry["holds"] = [name for name, held in present.items() if held]
     return entry
+
+
+def _resume_files(directory: Path) -> list[str]:
+    """The torch files a resume from ``directory`` reads: the optimizer, the scheduler, and the
+    RNG state, one file per rank (rng_state_<rank>.pth) when saved on several ranks."""
+    ranks = sorted(int(m.group(1)) for p in directory.iterdir()
+                   if (m := _RANK_RNG.match(p.name)))
+    if ranks and not (directory / "rng_state.pth").is_file():
+        return [*_RESUME_FILES[:-1], *(f"rng_state_{rank}.pth" for rank in ranks)]
+    return list(_RESUME_FILES)
 
 
 def _best_name(dirs: Sequence[Path]) -> str | None:
@@ -342,6 +463,24 @@ def _optimizers(task: Task, model: _Model, total_steps: int
     return optimizer, scheduler
 
 
+def _unheld_rank(scenario: Scenario) -> str | None:
+    """Why the scenario's scores cannot be staged, if a rank with a scripted count evaluates
+    no validation sample (every sample it is dealt is padding, dropped by the Trainer)."""
+    task, n = scenario.task, scenario.world_size
+    held = set(eval_holders(task.n_val, eval_batch_size(task, n), n))
+    script = scenario.scores
+    validations = range(len(script.epochs))
+    for epoch in validations if script.first is None else (None, *validations):
+        for rank in sorted(set(range(n)) - held):
+            if script.pairs(epoch, rank) != (0.0, 0.0):
+                return (f"the hf adapter cannot stage rank {rank}'s scripted (total, count) "
+                        f"{script.pairs(epoch, rank)}: the Trainer's eval loader deals the "
+                        f"{task.n_val} validation samples in batches over {n} ranks, and rank "
+                        f"{rank} evaluates none of them (only padding, which "
+                        "gather_for_metrics drops); run on fewer ranks")
+    return None
+
+
 def training_arguments(scenario: Scenario, ckpt_root: Path) -> dict[str, Any]:
     """The ``TrainingArguments`` keywords for a scenario's keys (see the module's doc)."""
     get, task = scenario.get, scenario.task
@@ -356,10 +495,13 @@ def training_arguments(scenario: Scenario, ckpt_root: Path) -> dict[str, Any]:
     else:
         save_strategy, limit = "best", 1  # a checkpoint on each improvement only
     grad_clip = get("grad_clip")
+    # on several ranks, the fields HF's docs give for a distributed run (see the module's doc)
+    ddp: dict[str, Any] = {} if scenario.world_size == 1 else {
+        "ddp_backend": get("ddp.backend") or "gloo", "ddp_timeout": get("ddp.timeout_s")}
     return {
         "output_dir": str(ckpt_root), "num_train_epochs": int(get("num_epochs")),
         "per_device_train_batch_size": task.batch_size,
-        "per_device_eval_batch_size": task.batch_size,
+        "per_device_eval_batch_size": eval_batch_size(task, scenario.world_size),
         "gradient_accumulation_steps": int(get("grad_accum_steps")),
         "max_grad_norm": 0.0 if grad_clip is None else float(grad_clip),
         "eval_strategy": "epoch", "eval_on_start": bool(get("val.first")),
@@ -371,18 +513,20 @@ def training_arguments(scenario: Scenario, ckpt_root: Path) -> dict[str, Any]:
         "lr_scheduler_type": "linear" if task.scheduler else "constant",
         "seed": int(get("seed")), "use_cpu": True, "report_to": "none", "disable_tqdm": True,
         "logging_strategy": "no", "dataloader_pin_memory": False,
+        "label_names": ["labels", TALLY], **ddp,
     }
 
 
 class HFTrainerAdapter:
-    """Runs scenarios through ``transformers.Trainer`` in one CPU process."""
+    """Runs scenarios through ``transformers.Trainer`` on the CPU, on one rank or several."""
 
     name = "hf"
 
     def capabilities(self) -> frozenset[Capability]:
-        # not declared: val_every_n, start_patience, debug, multi_rank (see the module's doc)
+        # not declared: val_every_n, start_patience, debug (see the module's doc)
         return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "val_first",
-                          "test_pass", "grad_accum", "rng_state", "eval_only", "sigterm"})
+                          "test_pass", "grad_accum", "rng_state", "eval_only", "sigterm",
+                          "multi_rank"})
 
     def framework_sources(self) -> dict[str, str]:
         """Where in transformers 5.24 the behaviour behind each failing clause comes from (read
@@ -400,6 +544,14 @@ class HFTrainerAdapter:
         no_copy = ("with save_strategy='no' (ckpt.enable=false) the Trainer keeps no best "
                    "weights: best_model_checkpoint, a saved directory, is its only copy "
                    "(Trainer._save_checkpoint, Trainer._load_best_model)")
+        rank_local = ("transformers/trainer.py, Trainer._determine_best_metric and "
+                      "transformers/trainer_callback.py, EarlyStoppingCallback.on_evaluate judge "
+                      "the metrics compute_metrics returned on each rank, with no broadcast from "
+                      "rank 0 nor reduction of the stop decision: a rank-local score gives each "
+                      "rank its own best and stop, and a rank that stops leaves the others in "
+                      "DDP's all-reduce (Trainer._finalize_training's store_flos all_gather "
+                      "against the next epoch's backward), bounded only by the process group's "
+                      "timeout (see DIST-5)")
         return {
             "BEST-1": f"{first}; {no_copy}",
             "PAT-5": f"{first}; {no_copy}",
@@ -435,6 +587,22 @@ class HFTrainerAdapter:
                       "JITCheckpointCallback save at the next step or epoch boundary and stop, "
                       "and on_train_end restores the old handler: a run that ends within 3 s "
                       "of SIGTERM goes on to the end",
+            "DIST-2": rank_local,
+            "DIST-3": rank_local,
+            "DIST-4": "transformers/trainer.py, Trainer._save_rng_state: on several ranks every "
+                      "process saves its own rng_state_<process_index>.pth into the checkpoint "
+                      "directory; Trainer._save_checkpoint: its one dist.barrier() comes after "
+                      "the model is saved and before optimizer.pt, scheduler.pt, the RNG files "
+                      "and trainer_state.json, and none follows, so another rank starts the next "
+                      "epoch while rank 0 still writes",
+            "DIST-5": "transformers/training_args.py, TrainingArguments._setup_devices: with "
+                      "use_cpu the PartialState kwargs get ddp_backend but not ddp_timeout (only "
+                      "the non-CPU branches pass timedelta(seconds=ddp_timeout)); "
+                      "accelerate/state.py, PartialState.__init__ then calls "
+                      "init_process_group(backend, rank=..., world_size=...) for MULTI_CPU, with "
+                      "torch's default timeout (without use_cpu on a CPU-only machine the timeout "
+                      "is passed, but the state is DistributedType.NO and the Trainer runs no "
+                      "DDP)",
         }
 
     def environment(self) -> dict[str, str | None]:
@@ -496,12 +664,19 @@ class _Run:
         get = self.get
         cannot = {"val.every_n_epochs": get("val.every_n_epochs") != 1,
                   "val.start_patience": bool(get("val.start_patience")),
-                  "debug": bool(get("debug")),
-                  "world_size": self.ctx.world_size != 1}
+                  "debug": bool(get("debug"))}
         named = [k for k, bad in cannot.items() if bad]
         if named:
             raise AdapterError(f"the hf adapter cannot express {', '.join(named)} (see "
                                "trainspec.adapters.hf)")
+        backend = get("ddp.backend")
+        if self.ctx.world_size > 1 and backend not in (None, "gloo"):
+            raise AdapterError(f"ddp.backend={backend!r}: the hf adapter trains on the CPU "
+                               "(use_cpu=True), where accelerate takes gloo only; run the check "
+                               "without --backend, or with --backend gloo")
+        unheld = _unheld_rank(self.scenario)
+        if unheld is not None:
+            raise AdapterError(unheld)
 
     def run(self) -> None:
         _offline()
@@ -521,7 +696,8 @@ class _Run:
         splits = task_data(task, seed)
         model = _Model(task_model(task))
         num_epochs = int(get("num_epochs"))
-        train_len = -(-len(splits["train"]) // task.batch_size)
+        # this rank's share of the batches (accelerate deals whole batches, evened out)
+        train_len = _rank_batches(len(splits["train"]), task.batch_size, ctx.world_size)
         total_steps = max(1, train_len * max(num_epochs, 1))
         load_from = get("ckpt.load_from")
         resume = bool(get("ckpt.resume")) and not get("ckpt.model_only") \
@@ -542,12 +718,19 @@ class _Run:
         def compute_metrics(prediction: Any) -> dict[str, float]:
             if self.phase == "test":
                 return {}
-            epoch = None if self.phase == "first" else self.epoch
-            return {MONITOR: s.scores.pooled(epoch, ctx.world_size)}
+            if task.metric == "local":  # this rank's own score, never shared with the others
+                total, count = s.scores.pairs(self.validation(), ctx.rank)
+                return {MONITOR: math.nan if count == 0 else total / count}
+            # the tallies of every rank's samples, gathered by the Trainer (label_ids[1])
+            return {MONITOR: pooled_tally(prediction.label_ids[1], task.metric)}
 
         self.final = _weights(model)
+        val = _Scored(splits["val"], task.n_val, self.tally)
+        # the test split carries the label too (the Trainer computes a loss only when every
+        # label is present); the test pass scores nothing
+        test = _Scored(splits["test"], task.n_test, lambda index: (0.0, 0.0))
         self.trainer = trainer = Trainer(
-            model=model, args=args, train_dataset=splits["train"], eval_dataset=splits["val"],
+            model=model, args=args, train_dataset=splits["train"], eval_dataset=val,
             data_collator=_collate, compute_metrics=compute_metrics, callbacks=callbacks,
             optimizers=(optimizer, scheduler))
         ctx.emit({"ev": "setup", "ckpt_given": load_from is not None,
@@ -563,12 +746,25 @@ class _Run:
         self.tested_best = ckpt_on and best is not None
         if get("test.enable"):
             self.phase = "test"
-            trainer.predict(splits["test"])
+            trainer.predict(test)
         snapshot = _snapshot(best)
         best_model = None if snapshot is None else snapshot.get("weights")
         ctx.emit({"ev": "end", "epoch": max(self.epoch, 0),
                   "train_step": int(trainer.state.global_step), "best_file": snapshot,
                   "final_weights": encode(self.final), "best_model": best_model})
+        end: Callable[[], None] = trainer.end  # untyped in transformers
+        end()  # the documented last call of a script: destroys the process group, if any
+
+    def validation(self) -> int | None:
+        """The validation in progress, as the score script names it (None: val.first)."""
+        return None if self.phase == "first" else self.epoch
+
+    def tally(self, index: int) -> tuple[float, float]:
+        """Validation sample ``index``'s (total, count) in the validation in progress."""
+        s, task, n = self.scenario, self.scenario.task, self.ctx.world_size
+        pairs = [s.scores.pairs(self.validation(), rank) for rank in range(n)]
+        holders = eval_holders(task.n_val, eval_batch_size(task, n), n)
+        return sample_tallies(pairs, holders)[index]
 
     def _events(self, base: type[Any]) -> Any:
         """The callback turning the Trainer's hooks into the suite's events."""
@@ -655,11 +851,13 @@ class _Run:
         return Events()
 
     def planned(self) -> dict[str, int | None]:
-        """How many batches the Trainer draws from each evaluation split: all of them (it has
-        no third, eval split)."""
-        task = self.scenario.task
-        return {"val_loader": -(-task.n_val // task.batch_size),
-                "test_loader": -(-task.n_test // task.batch_size), "eval_loader": None}
+        """How many batches the Trainer draws from each evaluation split on this rank: its
+        share of all of them, evened out with padding (it has no third, eval split)."""
+        task, n = self.scenario.task, self.ctx.world_size
+        size = eval_batch_size(task, n)
+        return {"val_loader": _rank_batches(task.n_val, size, n),
+                "test_loader": _rank_batches(task.n_test, size, n),
+                "eval_loader": None}
 
     def last_dir(self) -> Path | None:
         dirs = _checkpoint_dirs(self.ctx.ckpt_root)

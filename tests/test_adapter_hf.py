@@ -20,9 +20,18 @@ from typing import Any
 import pytest
 import torch
 
-from trainspec.adapters.hf import HFTrainerAdapter, training_arguments
+from trainspec.adapters.hf import (
+    HFTrainerAdapter,
+    eval_batch_size,
+    eval_holders,
+    pooled_tally,
+    sample_tallies,
+    training_arguments,
+)
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.properties import MemoryContext
+from trainspec.conformance.scenario import CrashWhere, Scenario, ScoreScript, Task
+from trainspec.errors import AdapterError
 
 TARGET = "trainspec.adapters.hf:HFTrainerAdapter"
 # every family but DIST (one process) and DBG (no debug mode: n/a), without the property checks
@@ -76,11 +85,40 @@ def test_importing_the_adapter_does_not_import_transformers() -> None:
     assert proc.stdout.strip() == "hf"
 
 
+@pytest.mark.parametrize("selected", [("DIST-1", "DIST-4", "DIST-6")])
+def test_hf_adapter_runs_on_two_ranks(tmp_path: Path, selected: tuple[str, ...]) -> None:
+    # the Trainer joining the suite's 2-rank world (gloo, DDP), its score pooled by the Trainer
+    _needs_transformers()
+    report_path = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(selected),
+         "--world-size", "2", "--report", str(report_path)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    report = json.loads(report_path.read_text())
+    chosen = {c["id"]: c for c in report["clauses"] if c["id"] in selected}
+    print()
+    for c in chosen.values():
+        print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
+    assert set(chosen) == set(selected)
+    errors = {cid: c["evidence"] for cid, c in chosen.items()
+              if c["verdict"] in ("error", "timeout")}
+    assert not errors, f"the adapter is broken: {errors}"
+    # the Trainer gathers every rank's tallies before compute_metrics: exact pooling, one
+    # verdict for all ranks, as one rank decides
+    assert chosen["DIST-1"]["verdict"] == "pass"
+    assert chosen["DIST-6"]["verdict"] == "pass"
+    # every rank saves its own rng_state_<rank>.pth: a framework finding, with its source
+    assert chosen["DIST-4"]["verdict"] == "fail"
+    assert "rng_state_1.pth" in chosen["DIST-4"]["evidence"]
+    assert "framework source: transformers/trainer.py" in chosen["DIST-4"]["evidence"]
+
+
 def test_undeclared_capabilities_are_the_ones_the_trainer_cannot_express() -> None:
     caps = HFTrainerAdapter().capabilities()
-    assert not caps & {"val_every_n", "start_patience", "debug", "multi_rank"}
+    assert not caps & {"val_every_n", "start_patience", "debug"}
     assert {"checkpoint", "resume", "finetune", "early_stopping", "val_first", "rng_state",
-            "sigterm"} <= caps
+            "sigterm", "multi_rank"} <= caps
 
 
 @pytest.mark.parametrize(("cfg", "expected"), [
@@ -102,8 +140,98 @@ def test_config_keys_map_onto_training_arguments(cfg: dict[str, Any],
     assert {k: args[k] for k in expected} == expected
     fixed = {"eval_strategy": "epoch", "metric_for_best_model": "score",
              "restore_callback_states_from_checkpoint": True, "output_dir": str(tmp_path),
-             "num_train_epochs": 2, "report_to": "none", "use_cpu": True}
+             "num_train_epochs": 2, "report_to": "none", "use_cpu": True,
+             "label_names": ["labels", "tally"], "per_device_eval_batch_size": 4}
     assert {k: args[k] for k in fixed} == fixed
+    # one rank: no distributed field (ddp_backend without a distributed launch fails in
+    # accelerate's PartialState)
+    assert not {"ddp_backend", "ddp_timeout"} & set(args)
+
+
+@pytest.mark.parametrize(("cfg", "expected"), [
+    ({}, {"ddp_backend": "gloo", "ddp_timeout": 30.0}),
+    ({"ddp.backend": "gloo", "ddp.timeout_s": 1.5}, {"ddp_backend": "gloo", "ddp_timeout": 1.5}),
+])
+def test_several_ranks_add_the_documented_ddp_fields(cfg: dict[str, Any],
+                                                     expected: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    s = make_scenario("args", [0.1, 0.2], cfg=cfg, world_size=2)
+    args = training_arguments(s, tmp_path)
+    assert {k: args[k] for k in expected} == expected
+    assert args["use_cpu"] is True
+
+
+def test_eval_samples_are_dealt_as_accelerate_deals_whole_batches() -> None:
+    assert eval_holders(8, 4, 1) == [0] * 8
+    assert eval_holders(8, 4, 2) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert eval_holders(10, 2, 3) == [0, 0, 1, 1, 2, 2, 0, 0, 1, 1]
+    # more ranks than batches: the eval batch is cut so that every rank holds samples
+    assert eval_batch_size(Task(), 2) == 4
+    assert set(eval_holders(8, eval_batch_size(Task(), 3), 3)) == {0, 1, 2}
+    assert set(eval_holders(8, eval_batch_size(Task(), 8), 8)) == set(range(8))
+
+
+def test_each_ranks_tally_sits_on_the_first_sample_it_evaluates() -> None:
+    tallies = sample_tallies([(3.0, 1.0), (1.0, 3.0)], eval_holders(8, 4, 2))
+    assert tallies == [(3.0, 1.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0),
+                       (1.0, 3.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)]
+
+
+@pytest.mark.parametrize("metric", ["reduce_mean", "torchmetrics"])
+@pytest.mark.parametrize(("pairs", "expected"), [
+    ([(3.0, 1.0), (1.0, 3.0)], 1.0),  # sum/sum, not the mean of rank means (2.1667)
+    ([(1.2, 1.0), (0.0, 0.0)], 1.2),  # a rank without samples adds nothing
+    ([(0.0, 0.0), (0.0, 0.0)], math.nan),  # nothing counted
+    ([(math.nan, 1.0), (1.0, 1.0)], math.nan),  # NaN on one rank
+    ([(math.inf, 1.0), (1.0, 1.0)], math.inf),
+])
+def test_the_gathered_tallies_pool_to_sum_over_sum(pairs: list[tuple[float, float]],
+                                                   expected: float, metric: str) -> None:
+    gathered = sample_tallies(pairs, eval_holders(8, 4, 2))
+    got = pooled_tally(gathered, metric)
+    assert (math.isnan(got) and math.isnan(expected)) or math.isclose(got, expected,
+                                                                       rel_tol=1e-6)
+
+
+class _RankContext:
+    """A RunContext for one rank of ``world_size`` that records nothing."""
+
+    def __init__(self, root: Path, world_size: int) -> None:
+        self._root, self._world_size = root, world_size
+
+    @property
+    def rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def ckpt_root(self) -> Path:
+        return self._root
+
+    def emit(self, event: dict[str, Any]) -> None:
+        return None
+
+    def crash_point(self, where: CrashWhere, epoch: int) -> None:
+        return None
+
+
+def test_a_rank_with_a_count_but_no_validation_sample_is_refused(tmp_path: Path) -> None:
+    _needs_transformers()
+    # 8 validation samples over 9 ranks: rank 8 evaluates padding only, its count is lost
+    s = Scenario(name="unheld", world_size=9, scores=ScoreScript.of([0.5])) \
+        .with_config(num_epochs=1)
+    with pytest.raises(AdapterError, match="cannot stage rank 8"):
+        HFTrainerAdapter().run(s, _RankContext(tmp_path, 9))
+
+
+def test_a_collective_backend_other_than_gloo_is_refused(tmp_path: Path) -> None:
+    _needs_transformers()
+    s = make_scenario("nccl", [0.5], cfg={"ddp.backend": "nccl"}, world_size=2)
+    with pytest.raises(AdapterError, match="accelerate takes gloo only"):
+        HFTrainerAdapter().run(s, _RankContext(tmp_path, 2))
 
 
 def _validations(scores: list[float], first: float | None = None,
@@ -132,7 +260,7 @@ def test_events_report_the_trainers_own_decisions() -> None:
 
 
 def _write_checkpoint(root: Path, step: int, epoch: float, best: str | None,
-                      complete: bool = True) -> Path:
+                      complete: bool = True, ranks: int = 1) -> Path:
     from safetensors.torch import save_file
 
     d = root / f"checkpoint-{step}"
@@ -141,7 +269,8 @@ def _write_checkpoint(root: Path, step: int, epoch: float, best: str | None,
               str(d / "model.safetensors"))
     if not complete:  # cut short: the Trainer writes trainer_state.json last
         return d
-    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+    rng = ["rng_state.pth"] if ranks == 1 else [f"rng_state_{r}.pth" for r in range(ranks)]
+    for name in ("optimizer.pt", "scheduler.pt", *rng):
         torch.save({"state": {}, "step": step}, d / name)
     state = {"epoch": epoch, "global_step": step, "best_metric": 0.5,
              "best_model_checkpoint": None if best is None else str(root / best)}
@@ -186,3 +315,17 @@ def test_a_mid_epoch_checkpoint_names_the_last_epoch_it_completed(tmp_path: Path
     _write_checkpoint(tmp_path, 15, 2.5, None)  # a just-in-time checkpoint on SIGTERM
     (entry,) = [e for e in HFTrainerAdapter().describe_checkpoints(tmp_path) if e["role"]]
     assert (entry["role"], entry["epoch"], entry["step"]) == ("last", 1, 15)
+
+
+def test_a_checkpoint_saved_on_several_ranks_holds_one_rng_file_per_rank(
+        tmp_path: Path) -> None:
+    pytest.importorskip("safetensors")
+    _write_checkpoint(tmp_path, 6, 1.0, "checkpoint-6", ranks=2)
+    entries = [e for e in HFTrainerAdapter().describe_checkpoints(tmp_path) if e["role"]]
+    assert {e["role"] for e in entries} == {"last", "best"}
+    for entry in entries:
+        assert entry["error"] is None
+        assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(entry["types"])
+    (tmp_path / "checkpoint-6" / "rng_state_1.pth").write_bytes(b"torn")
+    (entry, *_) = [e for e in HFTrainerAdapter().describe_checkpoints(tmp_path) if e["role"]]
+    assert "rng_state_1.pth does not load weights-only" in entry["error"]

@@ -268,21 +268,28 @@ def check_debug_steps_under_several_ranks(ctx: CheckContext) -> str:
     return f"debug on {ctx.world_size} ranks: an optimizer step on every rank"
 
 
-def _local_trace(ctx: CheckContext) -> Trace:
+def _local_scenario(n: int) -> Scenario:
     """Scores that differ by rank, handed to the trainer unpooled: rank 0 keeps improving,
     the other ranks never do after epoch 0."""
-    n = ctx.world_size
     rows = tuple(tuple(((0.1 * (e + 1) if r == 0 else 0.5 - 0.1 * e), 1.0) for r in range(n))
                  for e in range(4))
-    s = dist_scenario("dist-local", n, rows, task=Task(metric="local"),
-                      cfg={"val.patience": 1, "ddp.timeout_s": 8.0})
-    return _ended(ctx, s)
+    return dist_scenario("dist-local", n, rows, task=Task(metric="local"),
+                         cfg={"val.patience": 1, "ddp.timeout_s": 8.0})
+
+
+def _local_trace(ctx: CheckContext) -> Trace:
+    # not _ended: a rank left hanging after the ranks disagreed is this clause's failure (its
+    # evidence is the verdicts recorded before the hang), judged in _disagreement
+    return ctx.run(_local_scenario(ctx.world_size))
 
 
 def _disagreement(clause: str, trace: Trace, what: str,
                   pick: Callable[[Validation], tuple[int, bool]]) -> None:
     seen = {r.rank: [pick(v) for v in r.validations] for r in trace.ranks}
-    if len({tuple(v) for v in seen.values()}) > 1 or not trace.completed:
+    split = len({tuple(v) for v in seen.values()}) > 1
+    if not split and any(r.status in ("timeout", "lost") for r in trace.ranks):
+        raise RunBroke(trace, _local_scenario(len(trace.ranks)))  # hung with no split seen
+    if split or not trace.completed:
         ending, detail = _aftermath(trace)
         raise CheckFailed(f"{clause}: handed rank-local scores, the ranks' (epoch, {what}) "
                           f"were {seen}: one verdict per rank instead of one for all{ending}",
