@@ -465,6 +465,8 @@ class _Run:
                  "best_file": self.best_snapshot()}
         self.pending = None
         # Lightning's EarlyStopping runs before its ModelCheckpoint (checkpoint callbacks go
-        # last): the nearest point after the save is after both
-        self.ctx.crash_point("val_after_save", int(event["epoch"]))
+        # last): the nearest point after the save is after both. The validation is recorded
+        # first: by then it is decided and saved (last.ckpt holds it), so a kill there must not
+        # hide it from the trace
         self.ctx.emit(event)
+        self.ctx.crash_point("val_after_save", int(event["epoch"]))

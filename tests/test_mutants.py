@@ -120,6 +120,8 @@ def test_the_check_fails_its_mutant(harness: Harness, check_name: str, mutant: s
         f"{result.evidence}\n{result.detail}"
     assert any(result.evidence.startswith(f"{c}:") for c in result.clauses) \
         or "scenario" in result.evidence
+    # files are named relative to the harness's temporary folder, never by this machine's path
+    assert str(harness.root) not in result.evidence + result.detail
     clauses = judge_clauses([result], list(result.clauses), {}, world_size=2)
     assert {c.id: c.verdict for c in clauses if c.id in result.clauses} == \
         dict.fromkeys(result.clauses, "fail")

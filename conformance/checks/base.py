@@ -129,14 +129,22 @@ class CheckContext:
         return trace
 
 
+SCRATCH = "<trainspec-tmp>"  # stands for the harness's temporary folder in evidence
+
+
 def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
     """Run one check and classify how it ended."""
     started = time.monotonic()
 
+    # the harness's temporary folder is this machine's and gone after the run: a report names
+    # the files a run left relative to it, so that it reads the same on any machine
+    scratch = str(ctx.harness.root)
+
     def result(outcome: Any, evidence: str, detail: str = "") -> CheckResult:
         return CheckResult(name=spec.name, clauses=spec.clauses, outcome=outcome,
-                           evidence=evidence, duration_s=round(time.monotonic() - started, 3),
-                           detail=detail)
+                           evidence=evidence.replace(scratch, SCRATCH),
+                           duration_s=round(time.monotonic() - started, 3),
+                           detail=detail.replace(scratch, SCRATCH))
 
     missing = sorted(spec.requires - ctx.capabilities)
     if missing:
