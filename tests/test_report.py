@@ -278,3 +278,25 @@ def test_a_failing_clause_names_the_framework_source_its_adapter_points_at(
                                                 world_size=1, sources=sources)}
     assert deviating["NAN-1"].verdict == "deviation"
     assert "(framework source: pkg/callbacks.py" in deviating["NAN-1"].evidence
+
+
+def test_evidence_and_tracebacks_read_the_same_on_any_machine(tmp_path: Path) -> None:
+    import os
+    import sysconfig
+
+    import torch
+
+    import trainspec
+    from trainspec.conformance.checks.base import portable
+
+    package = Path(trainspec.__file__).parent
+    stdlib = Path(sysconfig.get_paths()["stdlib"]) / "pathlib.py"
+    text = (f'File "{torch.__file__}", line 1\n'
+            f'File "{stdlib}", line 2\n'
+            f'File "{package / "conformance" / "worker.py"}", line 3\n'
+            f"rank 1 wrote {tmp_path / 'runs' / '3-dist' / 'last.pt'}")
+    assert portable(text, str(tmp_path)) == (
+        'File "torch/__init__.py", line 1\n'
+        'File "<python>/pathlib.py", line 2\n'
+        f'File "trainspec{os.sep}conformance{os.sep}worker.py", line 3\n'
+        "rank 1 wrote <trainspec-tmp>/runs/3-dist/last.pt")

@@ -10,12 +10,16 @@ raises where the scenario expects none fails; the suite's own breakage is ``erro
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import trainspec
 from trainspec.conformance.adapter import Capability
 from trainspec.conformance.harness import AdapterSpec, Harness
 from trainspec.conformance.model import CheckResult
@@ -130,21 +134,34 @@ class CheckContext:
 
 
 SCRATCH = "<trainspec-tmp>"  # stands for the harness's temporary folder in evidence
+# the folder holding the trainspec package (the repository, or site-packages when installed)
+_TRAINSPEC_HOME = str(Path(trainspec.__file__).parent.parent) + os.sep
+_SITE_PACKAGES = re.compile(r"/[^\s\"'<>]*?/(?:site|dist)-packages/")
+_STDLIB = re.compile(r"/[^\s\"'<>]*?/lib/python3\.\d+/")
+
+
+def portable(text: str, scratch: str) -> str:
+    """Evidence or a traceback as it reads on any machine: the harness's temporary folder
+    (``scratch``) becomes ``<trainspec-tmp>``, installed packages are named from
+    site-packages (``lightning/pytorch/...``), the standard library as ``<python>/...`` and
+    trainspec's own files from the folder holding it (``trainspec/conformance/worker.py``)."""
+    text = text.replace(scratch, SCRATCH)
+    text = _SITE_PACKAGES.sub("", text)
+    text = _STDLIB.sub("<python>/", text)
+    return text.replace(_TRAINSPEC_HOME, "")
 
 
 def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
     """Run one check and classify how it ended."""
     started = time.monotonic()
 
-    # the harness's temporary folder is this machine's and gone after the run: a report names
-    # the files a run left relative to it, so that it reads the same on any machine
     scratch = str(ctx.harness.root)
 
     def result(outcome: Any, evidence: str, detail: str = "") -> CheckResult:
         return CheckResult(name=spec.name, clauses=spec.clauses, outcome=outcome,
-                           evidence=evidence.replace(scratch, SCRATCH),
+                           evidence=portable(evidence, scratch),
                            duration_s=round(time.monotonic() - started, 3),
-                           detail=detail.replace(scratch, SCRATCH))
+                           detail=portable(detail, scratch))
 
     missing = sorted(spec.requires - ctx.capabilities)
     if missing:
