@@ -118,6 +118,7 @@ from typing import Any
 import torch
 from torch.nn import functional
 
+from trainspec.adapters.common import as_int, file_entry, state_copy
 from trainspec.conformance.adapter import Capability, RunContext
 from trainspec.conformance.probe import rng_digests, task_data, task_model
 from trainspec.conformance.scenario import Scenario, Task
@@ -248,17 +249,12 @@ class _Scored(torch.utils.data.Dataset[tuple[torch.Tensor, ...]]):
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    net = model.net if isinstance(model, _Model) else model
-    return {k: v.detach().to("cpu", copy=True) for k, v in net.state_dict().items()}
+    return state_copy(model.net if isinstance(model, _Model) else model)
 
 
 def _net_state(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k.removeprefix(_PREFIX): v for k, v in state.items()
             if isinstance(v, torch.Tensor) and k.startswith(_PREFIX)}
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _completed_epoch(epoch: object) -> int | None:
@@ -351,7 +347,7 @@ def _describe_dir(directory: Path, root: Path, role: str | None) -> dict[str, An
         problems.append(str(error))
     else:
         entry["epoch"] = _completed_epoch(state.get("epoch"))
-        entry["step"] = _int(state.get("global_step"))
+        entry["step"] = as_int(state.get("global_step"))
         entry["types"][_STATE_FILE] = "json"
     weights = _weights_file(directory)
     if weights is None:
@@ -630,10 +626,7 @@ class HFTrainerAdapter:
         if not root.exists():
             return entries
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            stat = path.stat()
-            entries.append({"relpath": str(path.relative_to(root)), "size": stat.st_size,
-                            "mtime_ns": stat.st_mtime_ns, "role": None, "epoch": None,
-                            "step": None, "keys": [], "types": {}, "error": None})
+            entries.append(file_entry(path, root, None))
         dirs = _checkpoint_dirs(root)
         best = _best_name(dirs)
         for directory in dirs:

@@ -78,6 +78,7 @@ import torch
 from torch.nn import functional
 from torch.utils.data.distributed import DistributedSampler
 
+from trainspec.adapters.common import as_int, file_entry, load_dict, state_copy
 from trainspec.conformance.adapter import Capability, RunContext
 from trainspec.conformance.probe import (
     pool_with_torchmetrics,
@@ -100,10 +101,6 @@ _LAST_FILE = re.compile(r"^checkpoint_(\d+)\.pt$")
 _EPOCH_FILE = re.compile(r"^epoch_checkpoint_(\d+)\.pt$")
 
 
-def _weights(net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu", copy=True) for k, v in net.state_dict().items()}
-
-
 def _role(name: str) -> str | None:
     """The role of an Ignite checkpoint file under this adapter's handlers."""
     if _BEST_FILE.match(name):
@@ -111,21 +108,6 @@ def _role(name: str) -> str | None:
     if _LAST_FILE.match(name):
         return "last"
     return "epoch" if _EPOCH_FILE.match(name) else None
-
-
-def _load(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """An Ignite checkpoint loaded weights-only, or the reason it does not load so."""
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # the file is what is being judged: record, do not raise
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    if not isinstance(content, dict):
-        return None, f"not a dict but a {type(content).__name__}"
-    return content, None
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _holds(name: str, content: dict[str, Any]) -> list[str]:
@@ -157,7 +139,7 @@ def _progress(name: str, content: Mapping[str, Any]) -> tuple[int | None, int | 
     trainer = content.get("trainer")
     if not isinstance(trainer, Mapping):
         return None, None
-    iteration, length = _int(trainer.get("iteration")), _int(trainer.get("epoch_length"))
+    iteration, length = as_int(trainer.get("iteration")), as_int(trainer.get("epoch_length"))
     if iteration is None or not length:
         return None, iteration
     return iteration // length - 1, iteration
@@ -183,7 +165,7 @@ def _snapshot(path: Path | None) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {"path": str(path), "mtime_ns": stat.st_mtime_ns,
                            "size": stat.st_size}
-    content, error = _load(path)
+    content, error = load_dict(path)
     if content is None:
         out["error"] = error
         return out
@@ -304,13 +286,9 @@ class IgniteAdapter:
         if not root.exists():
             return entries
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            stat = path.stat()
-            entry: dict[str, Any] = {"relpath": str(path.relative_to(root)),
-                                     "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                                     "role": _role(path.name), "epoch": None, "step": None,
-                                     "keys": [], "types": {}, "error": None}
+            entry = file_entry(path, root, _role(path.name))
             if path.suffix == ".pt":
-                content, error = _load(path)
+                content, error = load_dict(path)
                 if content is None:
                     entry["error"] = error
                 else:
@@ -410,7 +388,7 @@ class _Run:
         to_load = self.attach_checkpoints(to_save)
         self.load(to_load)
 
-        self.final = _weights(self.net)
+        self.final = state_copy(self.net)
         ctx.emit({"ev": "setup", "ckpt_given": get("ckpt.load_from") is not None,
                   "train_len_seen": len(train_loader), "schedule_steps": total_steps,
                   "epoch": 0, "train_step": 0,
@@ -419,7 +397,7 @@ class _Run:
                                "ckpt.enable": get("ckpt.enable"), "save_preds.enable": None,
                                "wandb.mode": None}})
         trainer.run(train_loader, max_epochs=num_epochs)
-        self.final = _weights(self.net)
+        self.final = state_copy(self.net)
         if ctx.world_size > 1:
             idist.barrier()  # the best file rank 0 wrote is complete before any rank loads it
         self.test(create_supervised_evaluator(model, device=device))
@@ -597,7 +575,7 @@ class _Run:
 
         def on_start(engine: Any) -> None:
             self.ctx.emit({"ev": "test", "used_best": best is not None,
-                           "weights": encode(_weights(self.net))})
+                           "weights": encode(state_copy(self.net))})
 
         tester.add_event_handler(Events.STARTED, on_start)
         tester.run(self.test_loader)
@@ -614,7 +592,7 @@ class _Run:
         epoch = int(engine.state.epoch) - 1  # Ignite counts epochs from 1
         self.ctx.crash_point("train_start", epoch)
         self.batches, self.start_steps = 0, self.steps
-        state: dict[str, Any] = {"weights": _weights(self.net),
+        state: dict[str, Any] = {"weights": state_copy(self.net),
                                  "optimizer": self.optim.state_dict(), "rng": rng_digests()}
         if self.schedulers:
             state["scheduler"] = self.schedulers[0].state_dict()
@@ -626,7 +604,7 @@ class _Run:
 
     def train_end(self, engine: Any) -> None:
         epoch = int(engine.state.epoch) - 1
-        self.final = _weights(self.net)
+        self.final = state_copy(self.net)
         # Ignite draws every batch of a loader it runs on; there is no third, eval split
         lens: dict[str, int | None] = {"eval_loader": None, "val_loader": len(self.val_loader),
                                        "test_loader": len(self.test_loader)}
@@ -654,7 +632,7 @@ class _Run:
                        "score": float(evaluator.state.metrics[MONITOR]),
                        "improved": self.saved_best,
                        "stop": bool(self.trainer.should_terminate),
-                       "weights": encode(_weights(self.net)),
+                       "weights": encode(state_copy(self.net)),
                        "best_file": self.best_snapshot()})
 
     # the best model, as the best Checkpoint keeps it
@@ -678,6 +656,6 @@ class _Run:
         if best is None:
             return None
         if isinstance(best, Path):
-            content, _ = _load(best)
+            content, _ = load_dict(best)
             return None if content is None else encode(_model_state(content))
         return encode(_model_state(best))

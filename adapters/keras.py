@@ -75,6 +75,7 @@ from typing import Any
 
 import torch
 
+from trainspec.adapters.common import error_line, file_entry
 from trainspec.conformance.adapter import Capability, RunContext
 from trainspec.conformance.probe import rng_digests, task_data
 from trainspec.conformance.scenario import Scenario, Task
@@ -117,10 +118,6 @@ def _role(relpath: Path) -> str | None:
     if name == BEST_FILE:
         return "best"
     return "epoch" if _PERIODIC_FILE.match(name) else None
-
-
-def _error(e: Exception) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
 def _h5_bytes(path: Path) -> io.BytesIO | Path:
@@ -175,7 +172,7 @@ def _describe(path: Path) -> dict[str, Any]:
             out["step"] = _stored_step(h5)
             has_model, has_optimizer = "layers" in h5, "optimizer" in h5
     except Exception as e:  # the file is what is being judged: record, do not raise
-        out["error"] = _error(e)
+        out["error"] = error_line(e)
         return out
     # a .keras archive (config.json, metadata.json, model.weights.h5) stores no epoch;
     # BackupAndRestore keeps its epoch beside its weights
@@ -317,12 +314,7 @@ class KerasAdapter:
         if not root.exists():
             return entries
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            stat = path.stat()
-            rel = path.relative_to(root)
-            entry: dict[str, Any] = {"relpath": str(rel), "size": stat.st_size,
-                                     "mtime_ns": stat.st_mtime_ns, "role": _role(rel),
-                                     "epoch": None, "step": None, "keys": [], "types": {},
-                                     "error": None}
+            entry = file_entry(path, root, _role(path.relative_to(root)))
             if path.name.endswith((".keras", ".h5", ".json")):
                 entry.update(_describe(path))
             entries.append(entry)
@@ -604,5 +596,5 @@ class _Run:
                 out["step"] = _stored_step(h5)
                 out["weights"] = encode(_file_weights(h5, self.names))
         except Exception as e:  # the file is what is being judged: record, do not raise
-            out["error"] = _error(e)
+            out["error"] = error_line(e)
         return out

@@ -42,6 +42,7 @@ import torch
 from torch.nn import functional
 from torch.utils.data import DataLoader
 
+from trainspec.adapters.common import as_int, file_entry, load_dict, state_copy
 from trainspec.conformance.adapter import Capability, RunContext
 from trainspec.conformance.probe import (
     pool_with_torchmetrics,
@@ -59,10 +60,6 @@ _PREFIX = "net."  # the module's attribute holding the task's model
 _EPOCH_FILE = re.compile(r"^epoch=(\d+)-step=(\d+)(-v\d+)?\.ckpt$")
 
 
-def _weights(net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu", copy=True) for k, v in net.state_dict().items()}
-
-
 def _role(name: str) -> str | None:
     """The role of a Lightning checkpoint file under this adapter's names."""
     if not name.endswith(".ckpt"):
@@ -72,21 +69,6 @@ def _role(name: str) -> str | None:
     if re.match(r"^best(-v\d+)?\.ckpt$", name):
         return "best"
     return "epoch" if _EPOCH_FILE.match(name) else None
-
-
-def _load(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """A Lightning checkpoint loaded weights-only, or the reason it does not load so."""
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # the file is what is being judged: record, do not raise
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    if not isinstance(content, dict):
-        return None, f"not a dict but a {type(content).__name__}"
-    return content, None
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _net_state(content: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -112,14 +94,14 @@ def _snapshot(path: Path | None) -> dict[str, Any] | None:
     stat = path.stat()
     out: dict[str, Any] = {"path": str(path), "mtime_ns": stat.st_mtime_ns,
                            "size": stat.st_size}
-    content, error = _load(path)
+    content, error = load_dict(path)
     if content is None:
         out["error"] = error
         return out
     # Lightning's own fields: ``epoch`` is trainer.current_epoch when saved (the epoch in
     # progress, zero-based), ``global_step`` counts optimizer steps
-    out["epoch"] = _int(content.get("epoch"))
-    out["step"] = _int(content.get("global_step"))
+    out["epoch"] = as_int(content.get("epoch"))
+    out["step"] = as_int(content.get("global_step"))
     out["weights"] = encode(_net_state(content))
     return out
 
@@ -190,18 +172,14 @@ class LightningAdapter:
         if not root.exists():
             return entries
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            stat = path.stat()
-            entry: dict[str, Any] = {"relpath": str(path.relative_to(root)),
-                                     "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                                     "role": _role(path.name), "epoch": None, "step": None,
-                                     "keys": [], "types": {}, "error": None}
+            entry = file_entry(path, root, _role(path.name))
             if path.suffix == ".ckpt":
-                content, error = _load(path)
+                content, error = load_dict(path)
                 if content is None:
                     entry["error"] = error
                 else:
-                    entry.update(epoch=_int(content.get("epoch")),
-                                 step=_int(content.get("global_step")),
+                    entry.update(epoch=as_int(content.get("epoch")),
+                                 step=as_int(content.get("global_step")),
                                  keys=sorted(str(k) for k in content),
                                  types={str(k): type(v).__name__ for k, v in content.items()},
                                  holds=_holds(content))
@@ -315,7 +293,7 @@ class _Run:
         run = self
         self.pending: dict[str, Any] | None = None
         self.loaders = {"val_loader": val_loader, "test_loader": test_loader}
-        self.final: dict[str, torch.Tensor] = _weights(module.net)
+        self.final: dict[str, torch.Tensor] = state_copy(module.net)
 
         class Events(Callback):
             """The suite's events from Lightning's hooks."""
@@ -333,7 +311,7 @@ class _Run:
                 epoch = int(trainer.current_epoch)
                 ctx.crash_point("train_start", epoch)
                 self.batches, self.start_step, self.ended = 0, int(trainer.global_step), None
-                state: dict[str, Any] = {"weights": _weights(pl_module.net),
+                state: dict[str, Any] = {"weights": state_copy(pl_module.net),
                                          "optimizer": trainer.optimizers[0].state_dict(),
                                          "rng": rng_digests()}
                 if trainer.lr_scheduler_configs:
@@ -353,7 +331,7 @@ class _Run:
                 if self.ended == epoch:
                     return
                 self.ended = epoch
-                run.final = _weights(pl_module.net)
+                run.final = state_copy(pl_module.net)
                 ctx.emit({"ev": "train_end", "epoch": epoch,
                           "train_step": int(trainer.global_step), "batches": self.batches,
                           "optimizer_steps": int(trainer.global_step) - self.start_step,
@@ -376,7 +354,7 @@ class _Run:
                 logged = trainer.callback_metrics.get(MONITOR)
                 run.pending = {"ev": "val", "epoch": epoch, "phase": "epoch",
                                "score": None if logged is None else float(logged),
-                               "weights": encode(_weights(pl_module.net))}
+                               "weights": encode(state_copy(pl_module.net))}
 
             def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
                 self.end_epoch(trainer, pl_module)
@@ -386,7 +364,7 @@ class _Run:
 
             def on_test_start(self, trainer: Any, pl_module: Any) -> None:
                 ctx.emit({"ev": "test", "used_best": run.tested_best,
-                          "weights": encode(_weights(pl_module.net))})
+                          "weights": encode(state_copy(pl_module.net))})
 
         events = Events()
         self.best_cb = best_cb
@@ -422,7 +400,7 @@ class _Run:
                          ckpt_path="best" if self.tested_best else None)
         best_model = None
         if best_path is not None:
-            content, _ = _load(best_path)
+            content, _ = load_dict(best_path)
             best_model = None if content is None else encode(_net_state(content))
         ctx.emit({"ev": "end", "epoch": int(trainer.current_epoch),
                   "train_step": int(trainer.global_step), "best_file": self.best_snapshot(),

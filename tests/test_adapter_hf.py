@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.adapter_runs import check_clauses
 from trainspec.adapters.hf import (
     HFTrainerAdapter,
     eval_batch_size,
@@ -48,26 +49,10 @@ def _needs_transformers() -> None:
 
 def test_hf_adapter_gets_a_verdict_for_every_clause(tmp_path: Path) -> None:
     _needs_transformers()
-    report_path = tmp_path / "r.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(SELECTED),
-         "--world-size", "1", "--report", str(report_path)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
-    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    report = json.loads(report_path.read_text())
-    assert report["environment"].get("framework", "").startswith("transformers ")
-    families = {s for s in SELECTED if "-" not in s}
-    selected = [c for c in report["clauses"]
-                if c["id"] in SELECTED or c["id"].split("-")[0] in families]
+    selected = check_clauses(TARGET, SELECTED, tmp_path, framework="transformers ",
+                             timeout_s=600)
     assert len(selected) >= 20, "the selected clauses are missing from the report"
-    print()
-    for c in selected:
-        print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
-    missing = [c["id"] for c in selected if not c.get("verdict")]
-    assert not missing, f"clauses without a verdict: {missing}"
-    errors = {c["id"]: c["evidence"] for c in selected if c["verdict"] == "error"}
-    assert not errors, f"the adapter is broken: {errors}"
-    verdicts = {c["id"]: c["verdict"] for c in selected}
+    verdicts = {cid: c["verdict"] for cid, c in selected.items()}
     # what the Trainer does meet, as the adapter reports it (a regression in the adapter's
     # events would turn these)
     for cid in ("LOOP-1", "LOOP-3", "LOOP-4", "BEST-2", "BEST-3", "BEST-4", "PAT-2", "RES-1",
@@ -89,21 +74,7 @@ def test_importing_the_adapter_does_not_import_transformers() -> None:
 def test_hf_adapter_runs_on_two_ranks(tmp_path: Path, selected: tuple[str, ...]) -> None:
     # the Trainer joining the suite's 2-rank world (gloo, DDP), its score pooled by the Trainer
     _needs_transformers()
-    report_path = tmp_path / "r.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(selected),
-         "--world-size", "2", "--report", str(report_path)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
-    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    report = json.loads(report_path.read_text())
-    chosen = {c["id"]: c for c in report["clauses"] if c["id"] in selected}
-    print()
-    for c in chosen.values():
-        print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
-    assert set(chosen) == set(selected)
-    errors = {cid: c["evidence"] for cid, c in chosen.items()
-              if c["verdict"] in ("error", "timeout")}
-    assert not errors, f"the adapter is broken: {errors}"
+    chosen = check_clauses(TARGET, selected, tmp_path, world_size=2)
     # the Trainer gathers every rank's tallies before compute_metrics: exact pooling, one
     # verdict for all ranks, as one rank decides
     assert chosen["DIST-1"]["verdict"] == "pass"

@@ -8,7 +8,6 @@ under the right roles, epochs and steps.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.adapter_runs import check_clauses
 from trainspec.adapters.ignite import IgniteAdapter, _progress, _role
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.properties import MemoryContext
@@ -42,27 +42,11 @@ TORCH_JIT_DEPRECATED = r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarni
 ])
 def test_ignite_adapter_gets_a_verdict_for_every_clause(
         tmp_path: Path, selected: tuple[str, ...], world_size: int) -> None:
-    report_path = tmp_path / "r.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(selected),
-         "--world-size", str(world_size), "--report", str(report_path)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
-    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    report = json.loads(report_path.read_text())
-    assert report["environment"].get("framework", "").startswith("pytorch-ignite ")
-    chosen = [c for c in report["clauses"]
-              if c["id"] in selected or c["id"].split("-")[0] in selected]
-    assert chosen, "no clause of the selected families in the report"
-    print()
-    for c in chosen:
-        print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
-    missing = [c["id"] for c in chosen if not c.get("verdict")]
-    assert not missing, f"clauses without a verdict: {missing}"
-    errors = {c["id"]: c["evidence"] for c in chosen if c["verdict"] in ("error", "timeout")}
-    assert not errors, f"the adapter is broken: {errors}"
-    wired = {c["id"]: c["evidence"] for c in chosen
-             if c["id"] in WIRING and c["verdict"] != "pass"
-             and not (c["id"] in STALE_REMOVE and "DiskSaver.remove" in c["evidence"])}
+    chosen = check_clauses(TARGET, selected, tmp_path, world_size=world_size,
+                           framework="pytorch-ignite ")
+    wired = {cid: c["evidence"] for cid, c in chosen.items()
+             if cid in WIRING and c["verdict"] != "pass"
+             and not (cid in STALE_REMOVE and "DiskSaver.remove" in c["evidence"])}
     assert not wired, f"the adapter's wiring of Ignite is broken: {wired}"
 
 

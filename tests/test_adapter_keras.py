@@ -8,7 +8,6 @@ its events carry what Keras decided.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.adapter_runs import check_clauses
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.properties import MemoryContext
 from trainspec.conformance.trace import decode
@@ -39,24 +39,7 @@ NUMPY_COPY = ("ignore:__array__ implementation doesn't accept a copy keyword"
 ])
 def test_keras_adapter_gets_a_verdict_for_every_clause(tmp_path: Path,
                                                        selected: tuple[str, ...]) -> None:
-    report_path = tmp_path / "r.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(selected),
-         "--world-size", "1", "--report", str(report_path)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
-    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    report = json.loads(report_path.read_text())
-    assert report["environment"].get("framework", "").startswith("keras ")
-    chosen = [c for c in report["clauses"]
-              if c["id"] in selected or c["id"].split("-")[0] in selected]
-    assert chosen, "no clause of the selected families in the report"
-    print()
-    for c in chosen:
-        print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
-    missing = [c["id"] for c in chosen if not c.get("verdict")]
-    assert not missing, f"clauses without a verdict: {missing}"
-    errors = {c["id"]: c["evidence"] for c in chosen if c["verdict"] in ("error", "timeout")}
-    assert not errors, f"the adapter is broken: {errors}"
+    check_clauses(TARGET, selected, tmp_path, framework="keras ")
 
 
 def test_importing_the_adapter_does_not_import_keras() -> None:

@@ -6,12 +6,13 @@ the run completes, and no clause comes out ``error`` (an error means the adapter
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.adapter_runs import check_clauses
 
 pytest.importorskip("lightning")
 
@@ -24,24 +25,7 @@ TARGET = "trainspec.adapters.lightning:LightningAdapter"
 ])
 def test_lightning_adapter_gets_a_verdict_for_every_clause(
         tmp_path: Path, selected: tuple[str, ...], world_size: int) -> None:
-    report_path = tmp_path / "r.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainspec", "check", TARGET, "--clauses", ",".join(selected),
-         "--world-size", str(world_size), "--report", str(report_path)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
-    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    report = json.loads(report_path.read_text())
-    assert report["environment"].get("framework", "").startswith("lightning ")
-    chosen = [c for c in report["clauses"]
-              if c["id"] in selected or c["id"].split("-")[0] in selected]
-    assert chosen, "no clause of the selected families in the report"
-    print()
-    for c in chosen:
-        print(f"{c['id']:<7} {c['verdict']:<10} {c['evidence']}")
-    missing = [c["id"] for c in chosen if not c.get("verdict")]
-    assert not missing, f"clauses without a verdict: {missing}"
-    errors = {c["id"]: c["evidence"] for c in chosen if c["verdict"] in ("error", "timeout")}
-    assert not errors, f"the adapter is broken: {errors}"
+    check_clauses(TARGET, selected, tmp_path, world_size=world_size, framework="lightning ")
 
 
 def test_importing_the_adapter_does_not_import_lightning() -> None:
