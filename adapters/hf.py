@@ -118,9 +118,9 @@ from typing import Any
 import torch
 from torch.nn import functional
 
-from trainspec.adapters.common import as_int, file_entry, state_copy
 from trainspec.conformance.adapter import Capability, RunContext
-from trainspec.conformance.probe import rng_digests, task_data, task_model
+from trainspec.conformance.files import as_int, file_entry
+from trainspec.conformance.probe import plain_weights, rng_digests, task_data, task_model
 from trainspec.conformance.scenario import Scenario, Task
 from trainspec.conformance.trace import encode
 from trainspec.errors import AdapterError
@@ -249,7 +249,7 @@ class _Scored(torch.utils.data.Dataset[tuple[torch.Tensor, ...]]):
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return state_copy(model.net if isinstance(model, _Model) else model)
+    return plain_weights((model.net if isinstance(model, _Model) else model).state_dict())
 
 
 def _net_state(state: dict[str, Any]) -> dict[str, torch.Tensor]:

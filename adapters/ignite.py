@@ -78,9 +78,10 @@ import torch
 from torch.nn import functional
 from torch.utils.data.distributed import DistributedSampler
 
-from trainspec.adapters.common import as_int, file_entry, load_dict, state_copy
 from trainspec.conformance.adapter import Capability, RunContext
+from trainspec.conformance.files import as_int, file_entry, load_dict, top_level
 from trainspec.conformance.probe import (
+    plain_weights,
     pool_with_torchmetrics,
     rng_digests,
     task_data,
@@ -293,8 +294,7 @@ class IgniteAdapter:
                     entry["error"] = error
                 else:
                     epoch, step = _progress(path.name, content)
-                    entry.update(epoch=epoch, step=step, keys=sorted(str(k) for k in content),
-                                 types={str(k): type(v).__name__ for k, v in content.items()},
+                    entry.update(epoch=epoch, step=step, **top_level(content),
                                  holds=_holds(path.name, content))
             entries.append(entry)
         return entries
@@ -388,7 +388,7 @@ class _Run:
         to_load = self.attach_checkpoints(to_save)
         self.load(to_load)
 
-        self.final = state_copy(self.net)
+        self.final = plain_weights(self.net.state_dict())
         ctx.emit({"ev": "setup", "ckpt_given": get("ckpt.load_from") is not None,
                   "train_len_seen": len(train_loader), "schedule_steps": total_steps,
                   "epoch": 0, "train_step": 0,
@@ -397,7 +397,7 @@ class _Run:
                                "ckpt.enable": get("ckpt.enable"), "save_preds.enable": None,
                                "wandb.mode": None}})
         trainer.run(train_loader, max_epochs=num_epochs)
-        self.final = state_copy(self.net)
+        self.final = plain_weights(self.net.state_dict())
         if ctx.world_size > 1:
             idist.barrier()  # the best file rank 0 wrote is complete before any rank loads it
         self.test(create_supervised_evaluator(model, device=device))
@@ -575,7 +575,7 @@ class _Run:
 
         def on_start(engine: Any) -> None:
             self.ctx.emit({"ev": "test", "used_best": best is not None,
-                           "weights": encode(state_copy(self.net))})
+                           "weights": encode(plain_weights(self.net.state_dict()))})
 
         tester.add_event_handler(Events.STARTED, on_start)
         tester.run(self.test_loader)
@@ -592,7 +592,7 @@ class _Run:
         epoch = int(engine.state.epoch) - 1  # Ignite counts epochs from 1
         self.ctx.crash_point("train_start", epoch)
         self.batches, self.start_steps = 0, self.steps
-        state: dict[str, Any] = {"weights": state_copy(self.net),
+        state: dict[str, Any] = {"weights": plain_weights(self.net.state_dict()),
                                  "optimizer": self.optim.state_dict(), "rng": rng_digests()}
         if self.schedulers:
             state["scheduler"] = self.schedulers[0].state_dict()
@@ -604,7 +604,7 @@ class _Run:
 
     def train_end(self, engine: Any) -> None:
         epoch = int(engine.state.epoch) - 1
-        self.final = state_copy(self.net)
+        self.final = plain_weights(self.net.state_dict())
         # Ignite draws every batch of a loader it runs on; there is no third, eval split
         lens: dict[str, int | None] = {"eval_loader": None, "val_loader": len(self.val_loader),
                                        "test_loader": len(self.test_loader)}
@@ -632,7 +632,7 @@ class _Run:
                        "score": float(evaluator.state.metrics[MONITOR]),
                        "improved": self.saved_best,
                        "stop": bool(self.trainer.should_terminate),
-                       "weights": encode(state_copy(self.net)),
+                       "weights": encode(plain_weights(self.net.state_dict())),
                        "best_file": self.best_snapshot()})
 
     # the best model, as the best Checkpoint keeps it

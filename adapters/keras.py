@@ -75,8 +75,8 @@ from typing import Any
 
 import torch
 
-from trainspec.adapters.common import error_line, file_entry
 from trainspec.conformance.adapter import Capability, RunContext
+from trainspec.conformance.files import error_line, file_entry, top_level
 from trainspec.conformance.probe import rng_digests, task_data
 from trainspec.conformance.scenario import Scenario, Task
 from trainspec.conformance.trace import encode
@@ -158,8 +158,7 @@ def _describe(path: Path) -> dict[str, Any]:
         if path.suffix == ".json":
             content = json.loads(path.read_text())
             if isinstance(content, dict):
-                out.update(keys=sorted(str(k) for k in content),
-                           types={str(k): type(v).__name__ for k, v in content.items()})
+                out.update(top_level(content))
             return out
         if path.suffix == ".keras":
             with zipfile.ZipFile(path) as archive:

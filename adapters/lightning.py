@@ -42,9 +42,10 @@ import torch
 from torch.nn import functional
 from torch.utils.data import DataLoader
 
-from trainspec.adapters.common import as_int, file_entry, load_dict, state_copy
 from trainspec.conformance.adapter import Capability, RunContext
+from trainspec.conformance.files import as_int, file_entry, load_dict, top_level
 from trainspec.conformance.probe import (
+    plain_weights,
     pool_with_torchmetrics,
     rng_digests,
     task_data,
@@ -180,9 +181,7 @@ class LightningAdapter:
                 else:
                     entry.update(epoch=as_int(content.get("epoch")),
                                  step=as_int(content.get("global_step")),
-                                 keys=sorted(str(k) for k in content),
-                                 types={str(k): type(v).__name__ for k, v in content.items()},
-                                 holds=_holds(content))
+                                 **top_level(content), holds=_holds(content))
             entries.append(entry)
         return entries
 
@@ -293,7 +292,7 @@ class _Run:
         run = self
         self.pending: dict[str, Any] | None = None
         self.loaders = {"val_loader": val_loader, "test_loader": test_loader}
-        self.final: dict[str, torch.Tensor] = state_copy(module.net)
+        self.final: dict[str, torch.Tensor] = plain_weights(module.net.state_dict())
 
         class Events(Callback):
             """The suite's events from Lightning's hooks."""
@@ -311,7 +310,7 @@ class _Run:
                 epoch = int(trainer.current_epoch)
                 ctx.crash_point("train_start", epoch)
                 self.batches, self.start_step, self.ended = 0, int(trainer.global_step), None
-                state: dict[str, Any] = {"weights": state_copy(pl_module.net),
+                state: dict[str, Any] = {"weights": plain_weights(pl_module.net.state_dict()),
                                          "optimizer": trainer.optimizers[0].state_dict(),
                                          "rng": rng_digests()}
                 if trainer.lr_scheduler_configs:
@@ -331,7 +330,7 @@ class _Run:
                 if self.ended == epoch:
                     return
                 self.ended = epoch
-                run.final = state_copy(pl_module.net)
+                run.final = plain_weights(pl_module.net.state_dict())
                 ctx.emit({"ev": "train_end", "epoch": epoch,
                           "train_step": int(trainer.global_step), "batches": self.batches,
                           "optimizer_steps": int(trainer.global_step) - self.start_step,
@@ -354,7 +353,7 @@ class _Run:
                 logged = trainer.callback_metrics.get(MONITOR)
                 run.pending = {"ev": "val", "epoch": epoch, "phase": "epoch",
                                "score": None if logged is None else float(logged),
-                               "weights": encode(state_copy(pl_module.net))}
+                               "weights": encode(plain_weights(pl_module.net.state_dict()))}
 
             def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
                 self.end_epoch(trainer, pl_module)
@@ -364,7 +363,7 @@ class _Run:
 
             def on_test_start(self, trainer: Any, pl_module: Any) -> None:
                 ctx.emit({"ev": "test", "used_best": run.tested_best,
-                          "weights": encode(state_copy(pl_module.net))})
+                          "weights": encode(plain_weights(pl_module.net.state_dict()))})
 
         events = Events()
         self.best_cb = best_cb

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 import torch
 
-__all__ = ["ROLES", "Role", "describe_seed_files", "seed_role"]
+__all__ = ["ROLES", "Role", "as_int", "describe_seed_files", "error_line", "file_entry",
+           "load_dict", "seed_role", "top_level"]
 
 Role = Literal["last", "best", "epoch"]
 ROLES: tuple[Role, ...] = ("last", "best", "epoch")
@@ -33,17 +34,50 @@ def seed_role(name: str) -> Role | None:
     return "epoch" if _EPOCH_FILE.match(name) else None
 
 
+def as_int(value: object) -> int | None:
+    """``value`` when it is an int (a bool is not), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def error_line(e: BaseException) -> str:
+    """The exception's type and the first line of its message."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def load_dict(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A checkpoint file loaded with ``weights_only=True`` as a dict, or why it does not load
+    so (never unpickled any other way)."""
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # the file is what is being judged: record, do not raise
+        return None, error_line(e)
+    if not isinstance(content, dict):
+        return None, f"not a dict but a {type(content).__name__}"
+    return content, None
+
+
+def top_level(content: dict[str, Any]) -> dict[str, Any]:
+    """An entry's ``keys`` and ``types``: a loaded checkpoint's top-level names and types."""
+    return {"keys": sorted(str(k) for k in content),
+            "types": {str(k): type(v).__name__ for k, v in content.items()}}
+
+
+def file_entry(path: Path, root: Path, role: str | None) -> dict[str, Any]:
+    """The entry of a file under ``root`` before its content is read (an adapter's
+    ``describe_checkpoints`` fills in the rest; see ``trace.FileRecord``)."""
+    stat = path.stat()
+    return {"relpath": str(path.relative_to(root)), "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns, "role": role, "epoch": None, "step": None,
+            "keys": [], "types": {}, "error": None}
+
+
 def describe_seed_files(root: Path) -> list[dict[str, Any]]:
     """Every file under ``root``; checkpoint files loaded weights-only, never trusted."""
     entries: list[dict[str, Any]] = []
     if not root.exists():
         return entries
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        stat = path.stat()
-        entry: dict[str, Any] = {"relpath": str(path.relative_to(root)), "size": stat.st_size,
-                                 "mtime_ns": stat.st_mtime_ns, "role": seed_role(path.name),
-                                 "epoch": None, "step": None, "keys": [], "types": {},
-                                 "error": None}
+        entry = file_entry(path, root, seed_role(path.name))
         if path.suffix == ".pt":
             entry.update(_read(path))
         entries.append(entry)
@@ -51,14 +85,8 @@ def describe_seed_files(root: Path) -> list[dict[str, Any]]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # the file is what is being judged: record, do not raise
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-    if not isinstance(content, dict):
-        return {"error": f"not a dict but a {type(content).__name__}"}
-    epoch, step = content.get("epoch"), content.get("train_step")
-    return {"epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
-            "step": step if isinstance(step, int) and not isinstance(step, bool) else None,
-            "keys": sorted(str(k) for k in content),
-            "types": {str(k): type(v).__name__ for k, v in content.items()}}
+    content, error = load_dict(path)
+    if content is None:
+        return {"error": error}
+    return {"epoch": as_int(content.get("epoch")), "step": as_int(content.get("train_step")),
+            **top_level(content)}

@@ -25,15 +25,16 @@ from torch.nn import functional
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from trainspec.conformance.adapter import RunContext
+from trainspec.conformance.files import load_dict
 from trainspec.conformance.scenario import CrashWhere, Scenario, Task
 from trainspec.conformance.trace import encode
 from trainspec.errors import AdapterError
 
-__all__ = ["make_probe", "newest_file", "pool_with_torchmetrics", "rng_digests", "snapshot_file",
-           "task_data", "task_model"]
+__all__ = ["make_probe", "newest_file", "plain_weights", "pool_with_torchmetrics", "rng_digests",
+           "snapshot_file", "task_data", "task_model"]
 
 
-def _plain_weights(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+def plain_weights(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """A state dict's tensors under DDP-independent names, copied to the CPU."""
     return {k.removeprefix("module."): v.detach().to("cpu", copy=True)
             for k, v in state.items() if isinstance(v, torch.Tensor)}
@@ -91,19 +92,15 @@ def snapshot_file(path: Path | None) -> dict[str, Any] | None:
         return None
     stat = path.stat()
     out: dict[str, Any] = {"path": str(path), "mtime_ns": stat.st_mtime_ns, "size": stat.st_size}
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # the file is what is being judged: record, do not raise
-        out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        return out
-    if not isinstance(content, Mapping):
-        out["error"] = f"not a dict but a {type(content).__name__}"
+    content, error = load_dict(path)
+    if content is None:
+        out["error"] = error
         return out
     epoch, step = content.get("epoch"), content.get("train_step")
     out["epoch"] = epoch if isinstance(epoch, int) else None
     out["step"] = step if isinstance(step, int) else None
     try:
-        out["weights"] = encode(_plain_weights(model_state_of(content)))
+        out["weights"] = encode(plain_weights(model_state_of(content)))
     except AdapterError as e:
         out["error"] = str(e)
     return out
@@ -200,7 +197,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
                 self.scheduler2 = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=3)
                 items["scheduler2"] = self.scheduler2
             self.add_checkpoint_items(**items)
-            self._final = _plain_weights(self.model.state_dict())
+            self._final = plain_weights(self.model.state_dict())
             ctx.emit({
                 "ev": "setup", "ckpt_given": ckpt is not None, "train_len_seen":
                 len(self.train_loader), "schedule_steps": total_steps,
@@ -226,7 +223,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
 
         def _state(self) -> dict[str, Any]:
             state: dict[str, Any] = {
-                "weights": _plain_weights(self.model.state_dict()),
+                "weights": plain_weights(self.model.state_dict()),
                 "optimizer": self.optimizer.state_dict(),
                 "rng": rng_digests(),
             }
@@ -271,7 +268,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
                     self.train_step += 1
                     steps += 1
             self.optimizer.zero_grad()
-            self._final = _plain_weights(self.model.state_dict())
+            self._final = plain_weights(self.model.state_dict())
             loaders = {n: getattr(self, n, None) for n in ("val_loader", "test_loader",
                                                            "eval_loader")}
             ctx.emit({"ev": "train_end", "epoch": epoch, "train_step": int(self.train_step),
@@ -292,7 +289,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
             total, count = scenario.scores.pairs(None if phase == "first" else epoch,
                                                  int(self.rank))
             score = self._pool(total, count)
-            weights = _plain_weights(self.model.state_dict())
+            weights = plain_weights(self.model.state_dict())
             improved = bool(self.save_if_best(score))
             best = self._best_snapshot()
             if phase == "epoch":
@@ -319,14 +316,14 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
                 except RuntimeError:  # best kept without the DDP wrapper's prefix
                     getattr(target, "module", target).load_state_dict(best)
             ctx.emit({"ev": "test", "used_best": best is not None,
-                      "weights": encode(_plain_weights(self.model.state_dict()))})
+                      "weights": encode(plain_weights(self.model.state_dict()))})
 
         def probe_end(self) -> dict[str, Any]:
             best = self.best_model
             return {"ev": "end", "epoch": int(self.epoch), "train_step": int(self.train_step),
                     "best_file": self._best_snapshot(),
                     "final_weights": encode(self._final),
-                    "best_model": None if best is None else encode(_plain_weights(best))}
+                    "best_model": None if best is None else encode(plain_weights(best))}
 
     Probe.__name__ = Probe.__qualname__ = f"Probe[{base.__name__}]"
     return Probe
