@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainspec.conformance.adapter import CAPABILITIES, Capability, RunContext, load_object
-from trainspec.conformance.probe import make_probe
-from trainspec.conformance.scenario import Scenario
+from trainspec.conformance.run.adapter import CAPABILITIES, Capability, RunContext, load_object
+from trainspec.conformance.run.probe import make_probe
+from trainspec.conformance.run.scenario import Scenario
 from trainspec.errors import AdapterError
 
 __all__ = ["BaseTrainerAdapter"]

@@ -118,11 +118,11 @@ from typing import Any
 import torch
 from torch.nn import functional
 
-from trainspec.conformance.adapter import Capability, RunContext
-from trainspec.conformance.files import as_int, file_entry
-from trainspec.conformance.probe import plain_weights, rng_digests, task_data, task_model
-from trainspec.conformance.scenario import Scenario, Task
-from trainspec.conformance.trace import encode
+from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.files import as_int, file_entry
+from trainspec.conformance.run.probe import plain_weights, rng_digests, task_data, task_model
+from trainspec.conformance.run.scenario import Scenario, Task
+from trainspec.conformance.run.trace import encode
 from trainspec.errors import AdapterError
 
 __all__ = ["HFTrainerAdapter", "training_arguments"]

@@ -78,17 +78,17 @@ import torch
 from torch.nn import functional
 from torch.utils.data.distributed import DistributedSampler
 
-from trainspec.conformance.adapter import Capability, RunContext
-from trainspec.conformance.files import as_int, file_entry, load_dict, top_level
-from trainspec.conformance.probe import (
+from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.files import as_int, file_entry, load_dict, top_level
+from trainspec.conformance.run.probe import (
     plain_weights,
     pool_with_torchmetrics,
     rng_digests,
     task_data,
     task_model,
 )
-from trainspec.conformance.scenario import Scenario
-from trainspec.conformance.trace import encode
+from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.run.trace import encode
 from trainspec.errors import AdapterError
 
 __all__ = ["IgniteAdapter"]

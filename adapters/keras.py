@@ -75,11 +75,11 @@ from typing import Any
 
 import torch
 
-from trainspec.conformance.adapter import Capability, RunContext
-from trainspec.conformance.files import error_line, file_entry, top_level
-from trainspec.conformance.probe import rng_digests, task_data
-from trainspec.conformance.scenario import Scenario, Task
-from trainspec.conformance.trace import encode
+from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.files import error_line, file_entry, top_level
+from trainspec.conformance.run.probe import rng_digests, task_data
+from trainspec.conformance.run.scenario import Scenario, Task
+from trainspec.conformance.run.trace import encode
 from trainspec.errors import AdapterError
 
 __all__ = ["KerasAdapter"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.stats import Spread, interleaved, paired_ratios
-from trainspec.conformance import clauses as registry
+from trainspec.conformance.spec import clauses as registry
 
 __all__ = ["ARMS", "SuiteCost", "SuiteRun", "measure"]
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from trainspec.conformance.checks.dist import dist_scenario
-from trainspec.conformance.harness import Harness
+from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.runner import resolve_target
 
 __all__ = ["WorldCost", "measure"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Literal
 
-from trainspec.conformance.model import CheckResult, Report
 from trainspec.conformance.runner import resolve_target, run_checks
+from trainspec.conformance.spec.results import CheckResult, Report
 from trainspec.errors import UsageError
 
 __all__ = ["PROFILES", "Report", "check", "replay"]
@@ -53,8 +53,8 @@ def replay(target: str | None = None, *, base_trainer: str | None = None, clause
 
     from trainspec.conformance.checks.base import RunBroke
     from trainspec.conformance.checks.common import match_decisions
-    from trainspec.conformance.harness import Harness
-    from trainspec.conformance.scenario import Scenario
+    from trainspec.conformance.run.harness import Harness
+    from trainspec.conformance.run.scenario import Scenario
 
     data = json.loads(scenario) if isinstance(scenario, str) else scenario
     s = Scenario.from_json(data)

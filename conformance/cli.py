@@ -2,7 +2,7 @@
 
 Exit status: 0 conformant, 1 not conformant, 2 usage or configuration error, 3 internal error,
 130 interrupted. With ``check --baseline FILE``, 0 and 1 say instead whether a clause regressed
-against the baseline (:mod:`trainspec.conformance.baseline`). ``list`` reads only the clause
+against the baseline (:mod:`trainspec.conformance.report.baseline`). ``list`` reads only the clause
 registry; the commands that run checks import torch when they start, not before.
 """
 
@@ -22,12 +22,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from trainspec.conformance import clauses as registry
+from trainspec.conformance.spec import clauses as registry
 from trainspec.errors import AdapterError, ConfigError, UsageError
 
 if TYPE_CHECKING:
-    from trainspec.conformance.baseline import Baseline, Comparison
-    from trainspec.conformance.model import CheckResult, Report
+    from trainspec.conformance.report.baseline import Baseline, Comparison
+    from trainspec.conformance.spec.results import CheckResult, Report
 
 __all__ = ["main"]
 
@@ -210,8 +210,9 @@ def _positive_float(text: str) -> float:
 # ---------------------------------------------------------------------------------- check
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from trainspec.conformance import api, report
+    from trainspec.conformance import api
     from trainspec.conformance.deviations import load_deviations
+    from trainspec.conformance.report import writers as report
 
     deviations = load_deviations(args.deviations) if args.deviations is not None else None
     if args.backend is not None:
@@ -230,7 +231,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print("\n" + details)
     comparison = None
     if baseline is not None:
-        from trainspec.conformance.baseline import compare
+        from trainspec.conformance.report.baseline import compare
 
         comparison = compare(result, baseline)
         print(comparison.format())
@@ -244,7 +245,7 @@ def _read_baseline(args: argparse.Namespace) -> Baseline | None:
     """The ``--baseline`` file, checked against the target this run names (no torch yet)."""
     if args.baseline is None:
         return None
-    from trainspec.conformance.baseline import read_baseline
+    from trainspec.conformance.report.baseline import read_baseline
     from trainspec.conformance.targets import resolve_target
 
     baseline = read_baseline(args.baseline)
@@ -254,7 +255,7 @@ def _read_baseline(args: argparse.Namespace) -> Baseline | None:
 
 def _write_reports(result: Report, args: argparse.Namespace,
                    comparison: Comparison | None = None) -> None:
-    from trainspec.conformance import report
+    from trainspec.conformance.report import writers as report
 
     if args.report is not None:
         report.write_json(result, args.report)
@@ -263,13 +264,13 @@ def _write_reports(result: Report, args: argparse.Namespace,
     if args.markdown is not None:
         report.write_markdown(result, args.markdown, baseline=comparison)
     if args.save_baseline is not None:
-        from trainspec.conformance.baseline import write_baseline
+        from trainspec.conformance.report.baseline import write_baseline
 
         saved = write_baseline(result, args.save_baseline)
         print(f"trainspec: saved the verdicts of {len(saved.verdicts)} clauses to "
               f"{args.save_baseline} (compare later runs with --baseline)", file=sys.stderr)
     if args.badge is not None:
-        from trainspec.conformance.badge import write_badge
+        from trainspec.conformance.report.badge import write_badge
 
         write_badge(result, args.badge)
     report.append_step_summary(result, baseline=comparison)
@@ -334,8 +335,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------- matrix
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
-    from trainspec.conformance import matrix as matrices
-    from trainspec.conformance.report import format_summary
+    from trainspec.conformance.report import matrix as matrices
+    from trainspec.conformance.report.writers import format_summary
 
     registry.select(args.clauses)  # a bad --clauses fails before any worker starts
     published = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from trainspec.conformance import clauses as registry
+from trainspec.conformance.spec import clauses as registry
 from trainspec.errors import UsageError
 
 __all__ = ["load_deviations"]

@@ -24,8 +24,8 @@ import pytest
 
 if TYPE_CHECKING:
     from trainspec.conformance.checks import CheckContext
-    from trainspec.conformance.harness import Harness
-    from trainspec.conformance.model import CheckResult
+    from trainspec.conformance.run.harness import Harness
+    from trainspec.conformance.spec.results import CheckResult
     from trainspec.conformance.targets import Target
 
 __all__ = [
@@ -88,7 +88,7 @@ class _Session:
         return self.context
 
     def _open(self) -> CheckContext:
-        from trainspec.conformance.harness import Harness
+        from trainspec.conformance.run.harness import Harness
         from trainspec.conformance.runner import open_context
 
         self.harness = Harness(self.target.adapter, timeout_s=self.settings.timeout_s)
@@ -119,8 +119,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _settings(config: pytest.Config, target: str | None, base_trainer: str | None) -> _Settings:
     # torch-free: an xdist controller (which never collects) resolves and checks the options
     # without paying for torch; a bad target is a usage error before any item runs
-    from trainspec.conformance import clauses as registry
     from trainspec.conformance.deviations import load_deviations
+    from trainspec.conformance.spec import clauses as registry
     from trainspec.conformance.targets import resolve_target
     from trainspec.errors import UsageError
 

@@ -21,12 +21,18 @@ from typing import Any
 import torch
 
 import trainspec
-from trainspec.conformance import clauses as registry
-from trainspec.conformance.adapter import CAPABILITIES, Capability
 from trainspec.conformance.checks import CHECKS, CheckContext, CheckSpec, run_check
-from trainspec.conformance.harness import Harness
-from trainspec.conformance.model import CheckResult, ClauseResult, Report, Verdict, worst_verdict
-from trainspec.conformance.report import docs_link
+from trainspec.conformance.report.writers import docs_link
+from trainspec.conformance.run.adapter import CAPABILITIES, Capability
+from trainspec.conformance.run.harness import Harness
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import (
+    CheckResult,
+    ClauseResult,
+    Report,
+    Verdict,
+    worst_verdict,
+)
 from trainspec.conformance.targets import BUILTIN_TARGETS, Target, resolve_target
 from trainspec.errors import AdapterError, UsageError
 
@@ -44,7 +50,7 @@ __all__ = [
 _PROTOCOL = ("its factory must be importable from the current directory (or the environment) "
              "and return an adapter: an object with name, capabilities() (a set of capability "
              "names), environment() (a dict of names to version strings) and "
-             "run(scenario, ctx); see trainspec.conformance.adapter.Adapter")
+             "run(scenario, ctx); see trainspec.conformance.run.adapter.Adapter")
 
 
 def open_context(target: Target, harness: Harness, *, world_size: int = 2,
@@ -211,7 +217,7 @@ def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],
     """One verdict per clause of the spec, from the check results.
 
     The evidence of a selected clause that does not pass ends with its docs link,
-    ``(docs: docs/spec/res.md#res-3)`` (:func:`~trainspec.conformance.report.docs_link`); a
+    ``(docs: docs/spec/res.md#res-3)`` (:func:`~trainspec.conformance.report.writers.docs_link`); a
     failing (or deviating) clause's evidence also names the framework source its adapter holds
     responsible, ``(framework source: ...)``, when the adapter's ``framework_sources()`` says.
     """

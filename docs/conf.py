@@ -2,7 +2,7 @@
 
 Build with warnings as errors, after regenerating the spec pages from the clause registry::
 
-    python -m trainspec.conformance.specdocs docs/spec
+    python -m trainspec.conformance.report.specdocs docs/spec
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 """
 

@@ -30,8 +30,8 @@ from trainspec.adapters.hf import (
     training_arguments,
 )
 from trainspec.conformance.checks.common import make_scenario
-from trainspec.conformance.properties import MemoryContext
-from trainspec.conformance.scenario import CrashWhere, Scenario, ScoreScript, Task
+from trainspec.conformance.run.memory import MemoryContext
+from trainspec.conformance.run.scenario import CrashWhere, Scenario, ScoreScript, Task
 from trainspec.errors import AdapterError
 
 TARGET = "trainspec.adapters.hf:HFTrainerAdapter"

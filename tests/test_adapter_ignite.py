@@ -18,7 +18,7 @@ import torch
 from tests.adapter_runs import check_clauses
 from trainspec.adapters.ignite import IgniteAdapter, _progress, _role
 from trainspec.conformance.checks.common import make_scenario
-from trainspec.conformance.properties import MemoryContext
+from trainspec.conformance.run.memory import MemoryContext
 
 pytest.importorskip("ignite")
 

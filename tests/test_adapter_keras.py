@@ -19,8 +19,8 @@ import torch
 
 from tests.adapter_runs import check_clauses
 from trainspec.conformance.checks.common import make_scenario
-from trainspec.conformance.properties import MemoryContext
-from trainspec.conformance.trace import decode
+from trainspec.conformance.run.memory import MemoryContext
+from trainspec.conformance.run.trace import decode
 
 # the adapter runs Keras on its torch backend (Keras's own default, tensorflow, is not installed)
 os.environ.setdefault("KERAS_BACKEND", "torch")

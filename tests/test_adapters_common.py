@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from trainspec.conformance import clauses as registry
-from trainspec.conformance.adapter import CAPABILITIES, load_object
 from trainspec.conformance.checks import CHECKS
+from trainspec.conformance.run.adapter import CAPABILITIES, load_object
+from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.targets import BUILTIN_TARGETS
 
 FRAMEWORKS = [name for name in BUILTIN_TARGETS if name != "reference"]

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from trainspec.conformance import api
-from trainspec.conformance import clauses as registry
-from trainspec.conformance.badge import badge, write_badge
 from trainspec.conformance.cli import main
-from trainspec.conformance.model import ClauseResult, Report, Verdict
+from trainspec.conformance.report.badge import badge, write_badge
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import ClauseResult, Report, Verdict
 from trainspec.errors import UsageError
 
 N = len(registry.CLAUSES)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from trainspec.conformance import api
-from trainspec.conformance import clauses as registry
-from trainspec.conformance.baseline import (
+from trainspec.conformance.cli import main
+from trainspec.conformance.report.baseline import (
     ORDER,
     Baseline,
     compare,
@@ -26,9 +26,9 @@ from trainspec.conformance.baseline import (
     read_baseline,
     write_baseline,
 )
-from trainspec.conformance.cli import main
-from trainspec.conformance.model import ClauseResult, Report, Verdict
-from trainspec.conformance.report import write_json
+from trainspec.conformance.report.writers import write_json
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import ClauseResult, Report, Verdict
 from trainspec.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.conformance import clauses
-from trainspec.conformance.clauses import CLAUSES, FAMILIES, FAMILY_TITLES, get, select
-from trainspec.conformance.specdocs import (
+from trainspec.conformance.report.specdocs import (
     main,
     page_name,
     render_family,
     render_index,
     write_spec_pages,
 )
+from trainspec.conformance.spec import clauses
+from trainspec.conformance.spec.clauses import CLAUSES, FAMILIES, FAMILY_TITLES, get, select
 from trainspec.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from trainspec.conformance import api
-from trainspec.conformance import clauses as registry
 from trainspec.conformance.cli import main
-from trainspec.conformance.model import CheckResult, ClauseResult, Report, Verdict
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import CheckResult, ClauseResult, Report, Verdict
 
 
 def fake_report(failing: str | None = None, target: str = "reference") -> Report:

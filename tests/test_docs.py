@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.guides.tiny_adapter import TinyAdapter
-from trainspec.conformance import clauses as registry
 from trainspec.conformance import plugin
 from trainspec.conformance.cli import _build_parser
-from trainspec.conformance.model import ClauseResult, Report, Verdict
-from trainspec.conformance.report import to_json
-from trainspec.conformance.specdocs import main as specdocs_main
+from trainspec.conformance.report.specdocs import main as specdocs_main
+from trainspec.conformance.report.writers import to_json
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import ClauseResult, Report, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -70,9 +70,9 @@ def test_the_docs_build_without_a_warning(built_html: Path) -> None:
 def test_the_api_page_documents_the_package_from_its_docstrings(built_html: Path) -> None:
     html = (built_html / "api.html").read_text(encoding="utf-8")
     for name in ("trainspec.reference.BaseTrainer", "trainspec.reference.TrainConfig",
-                 "trainspec.check", "trainspec.conformance.adapter.Adapter",
-                 "trainspec.conformance.adapter.RunContext",
-                 "trainspec.conformance.model.Report"):
+                 "trainspec.check", "trainspec.conformance.run.adapter.Adapter",
+                 "trainspec.conformance.run.adapter.RunContext",
+                 "trainspec.conformance.spec.results.Report"):
         assert f'id="{name}"' in html, name
     assert "Keep this validation" in html  # BaseTrainer.save_if_best's docstring
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from trainspec.conformance import api
-from trainspec.conformance import clauses as registry
-from trainspec.conformance import matrix as matrices
 from trainspec.conformance.cli import main
-from trainspec.conformance.model import VERDICTS, CheckResult, ClauseResult, Report, Verdict
-from trainspec.conformance.specdocs import read_matrix
+from trainspec.conformance.report import matrix as matrices
+from trainspec.conformance.report.specdocs import read_matrix
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import VERDICTS, CheckResult, ClauseResult, Report, Verdict
 
 EVIL = "<script>alert(\"x\")</script> & 'q' in /tmp/a<b>/last.pt"
 SKIPPED = {"keras": "keras not installed: pip install 'trainspec[keras]'"}

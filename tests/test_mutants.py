@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from trainspec.conformance.checks import CHECKS, run_check
-from trainspec.conformance.harness import Harness
-from trainspec.conformance.model import CheckResult
+from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.runner import judge_clauses, open_context, resolve_target, run_checks
+from trainspec.conformance.spec.results import CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,9 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.conformance import clauses as registry
-from trainspec.conformance import report as writers
-from trainspec.conformance.model import CheckOutcome, CheckResult, ClauseResult, Report, Verdict
+from trainspec.conformance.report import writers
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import (
+    CheckOutcome,
+    CheckResult,
+    ClauseResult,
+    Report,
+    Verdict,
+)
 from trainspec.errors import UsageError
 
 _OUTCOME: dict[Verdict, CheckOutcome] = {"pass": "passed", "fail": "failed",

@@ -32,14 +32,14 @@ from typing import Any
 import pytest
 
 from tests.bad_adapters import loud
-from trainspec.conformance.harness import Harness
+from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.runner import open_context, resolve_target, run_checks
 from trainspec.errors import AdapterError
 
 pytestmark = pytest.mark.slow  # about 30 s in all: a dozen processes that import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKER_MODULE = "trainspec.conformance.worker"
+WORKER_MODULE = "trainspec.conformance.run.worker"
 MARKER_VAR = "TRAINSPEC_ROBUSTNESS_RUN"
 BAD = "tests.bad_adapters"
 TIMEOUT_S = 3.0  # --timeout of the runs whose adapter breaks (none of them trains)

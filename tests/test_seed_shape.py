@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.conformance import clauses as registry
-from trainspec.conformance.harness import Harness
-from trainspec.conformance.model import ClauseResult, Report
+from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.runner import resolve_target, run_checks
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import ClauseResult, Report
 
 ROOT = Path(__file__).resolve().parent.parent
 CORRECT = "tests.seed_shape.correct:CorrectSeedTrainer"

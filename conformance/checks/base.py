@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import trainspec
-from trainspec.conformance.adapter import Capability
-from trainspec.conformance.harness import AdapterSpec, Harness
-from trainspec.conformance.model import CheckResult
-from trainspec.conformance.scenario import Scenario
-from trainspec.conformance.trace import Trace
+from trainspec.conformance.run.adapter import Capability
+from trainspec.conformance.run.harness import AdapterSpec, Harness
+from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.run.trace import Trace
+from trainspec.conformance.spec.results import CheckResult
 from trainspec.errors import AdapterError, HarnessError
 
 __all__ = [
@@ -144,7 +144,7 @@ def portable(text: str, scratch: str) -> str:
     """Evidence or a traceback as it reads on any machine: the harness's temporary folder
     (``scratch``) becomes ``<trainspec-tmp>``, installed packages are named from
     site-packages (``lightning/pytorch/...``), the standard library as ``<python>/...`` and
-    trainspec's own files from the folder holding it (``trainspec/conformance/worker.py``)."""
+    trainspec's own files from the folder holding it (``trainspec/conformance/run/worker.py``)."""
     text = text.replace(scratch, SCRATCH)
     text = _SITE_PACKAGES.sub("", text)
     text = _STDLIB.sub("<python>/", text)
@@ -191,9 +191,10 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
 
 def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: int) -> str:
     """Run a hypothesis property next to the trainer; failing examples come back shrunk."""
-    from trainspec.conformance.properties import reproducer
+    from trainspec.conformance.checks.properties import reproducer
 
-    result = ctx.harness.property(name, max_examples=max_examples, adapter=ctx.adapter)
+    result = ctx.harness.property(name, runner=f"{reproducer.__module__}:run_property",
+                                  max_examples=max_examples, adapter=ctx.adapter)
     if result.get("passed") is True:
         return f"{result['examples']} generated score sequences and configs matched the oracle"
     if result.get("passed") is None:

@@ -9,7 +9,7 @@ from trainspec.conformance.checks.common import (
     match_decisions,
     weights_diff,
 )
-from trainspec.conformance.trace import BestFile, end_best_file
+from trainspec.conformance.run.trace import BestFile, end_best_file
 
 __all__: list[str] = []
 

@@ -15,8 +15,8 @@ from trainspec.conformance.checks.chains import (
     with_load,
 )
 from trainspec.conformance.checks.common import make_scenario
-from trainspec.conformance.scenario import CrashPoint
-from trainspec.conformance.trace import FileRecord, RankTrace
+from trainspec.conformance.run.scenario import CrashPoint
+from trainspec.conformance.run.trace import FileRecord, RankTrace
 
 __all__: list[str] = []
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
 from trainspec.conformance.checks.common import make_scenario
-from trainspec.conformance.scenario import Scenario, Task
-from trainspec.conformance.trace import RankTrace
+from trainspec.conformance.run.scenario import Scenario, Task
+from trainspec.conformance.run.trace import RankTrace
 
 __all__: list[str] = []
 

@@ -18,7 +18,7 @@ from trainspec.conformance.checks.common import (
     match_decisions,
     weights_diff,
 )
-from trainspec.conformance.scenario import (
+from trainspec.conformance.run.scenario import (
     CrashHow,
     CrashPoint,
     RankScores,
@@ -26,7 +26,7 @@ from trainspec.conformance.scenario import (
     ScoreScript,
     Task,
 )
-from trainspec.conformance.trace import RankTrace, Trace, Validation
+from trainspec.conformance.run.trace import RankTrace, Trace, Validation
 
 __all__: list[str] = []
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import source_checkpoint, with_load
 from trainspec.conformance.checks.common import describe, make_scenario, weights_diff
-from trainspec.conformance.scenario import Scenario, Task
-from trainspec.conformance.trace import RankTrace, Trace, Weights, first_difference
+from trainspec.conformance.run.scenario import Scenario, Task
+from trainspec.conformance.run.trace import RankTrace, Trace, Weights, first_difference
 
 __all__: list[str] = []
 

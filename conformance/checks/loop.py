@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
 from trainspec.conformance.checks.chains import interrupt_and_resume
 from trainspec.conformance.checks.common import label, make_scenario, match_decisions
-from trainspec.conformance.scenario import CrashPoint
+from trainspec.conformance.run.scenario import CrashPoint
 
 __all__: list[str] = []
 

@@ -18,8 +18,8 @@ from trainspec.conformance.checks.chains import (
     with_load,
 )
 from trainspec.conformance.checks.common import make_scenario, weights_diff
-from trainspec.conformance.scenario import CrashPoint, Scenario, Task
-from trainspec.conformance.trace import RankTrace, TrainEpoch, first_difference
+from trainspec.conformance.run.scenario import CrashPoint, Scenario, Task
+from trainspec.conformance.run.trace import RankTrace, TrainEpoch, first_difference
 
 __all__: list[str] = []
 

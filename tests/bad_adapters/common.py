@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainspec.conformance.adapter import CAPABILITIES, Capability, RunContext
-from trainspec.conformance.scenario import Scenario
+from trainspec.conformance.run.adapter import CAPABILITIES, Capability, RunContext
+from trainspec.conformance.run.scenario import Scenario
 
 
 class ShellAdapter:

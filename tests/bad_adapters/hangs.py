@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from tests.bad_adapters.common import ShellAdapter
-from trainspec.conformance.adapter import RunContext
-from trainspec.conformance.scenario import Scenario
+from trainspec.conformance.run.adapter import RunContext
+from trainspec.conformance.run.scenario import Scenario
 
 
 def wait_for_a_trainer_that_never_comes() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from trainspec.adapters.base_trainer import BaseTrainerAdapter
-from trainspec.conformance.adapter import RunContext
-from trainspec.conformance.scenario import Scenario
+from trainspec.conformance.run.adapter import RunContext
+from trainspec.conformance.run.scenario import Scenario
 
 MEGABYTES = 10  # on each of stdout and stderr
 MARKER = "LOUD-ADAPTER-NOISE "

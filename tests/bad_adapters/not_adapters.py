@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.bad_adapters.common import ShellAdapter
-from trainspec.conformance.adapter import CAPABILITIES, Capability
+from trainspec.conformance.run.adapter import CAPABILITIES, Capability
 
 NOT_A_FACTORY = 42
 

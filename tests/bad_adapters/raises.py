@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.bad_adapters.common import ShellAdapter
-from trainspec.conformance.adapter import RunContext
-from trainspec.conformance.scenario import Scenario
+from trainspec.conformance.run.adapter import RunContext
+from trainspec.conformance.run.scenario import Scenario
 
 MESSAGE = "the adapter lost its trainer"
 

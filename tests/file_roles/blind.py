@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspec.adapters.base_trainer import BaseTrainerAdapter
-from trainspec.conformance.files import describe_seed_files
+from trainspec.conformance.run.files import describe_seed_files
 
 
 class BlindToCheckpoints(BaseTrainerAdapter):

@@ -11,9 +11,9 @@ from typing import Any
 import torch
 
 from tests.guides.tiny_loop import LoopConfig, fit
-from trainspec.conformance.adapter import Capability, RunContext
-from trainspec.conformance.scenario import Scenario
-from trainspec.conformance.trace import encode
+from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.run.trace import encode
 
 
 class TinyAdapter:

@@ -24,10 +24,10 @@ import torch
 from torch.nn import functional
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from trainspec.conformance.adapter import RunContext
-from trainspec.conformance.files import load_dict
-from trainspec.conformance.scenario import CrashWhere, Scenario, Task
-from trainspec.conformance.trace import encode
+from trainspec.conformance.run.adapter import RunContext
+from trainspec.conformance.run.files import load_dict
+from trainspec.conformance.run.scenario import CrashWhere, Scenario, Task
+from trainspec.conformance.run.trace import encode
 from trainspec.errors import AdapterError
 
 __all__ = ["make_probe", "newest_file", "plain_weights", "pool_with_torchmetrics", "rng_digests",

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from trainspec.conformance import clauses as registry
-from trainspec.conformance.model import (
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import (
     VERDICTS,
     CheckOutcome,
     CheckResult,
@@ -33,7 +33,7 @@ from trainspec.conformance.model import (
 from trainspec.errors import UsageError
 
 if TYPE_CHECKING:
-    from trainspec.conformance.baseline import Comparison
+    from trainspec.conformance.report.baseline import Comparison
 
 __all__ = [
     "DOCS_URL",

@@ -1,10 +1,11 @@
 """The clause registry: every clause of the spec, its level, text, rationale and observable.
 
-This is the single source of truth the spec pages (:mod:`trainspec.conformance.specdocs`), the
-CLI (``trainspec list``, ``explain``, ``--clauses``) and the reports read. IDs and levels are
-those of ``docs/spec-outline.md`` and are permanent: a clause may be sharpened or split (a new
-``RES-3a``), never dropped or renumbered. The module is long because it is data, one entry per
-clause; the code is the few functions at the end.
+This is the single source of truth the spec pages
+(:mod:`trainspec.conformance.report.specdocs`), the CLI (``trainspec list``, ``explain``,
+``--clauses``) and the reports read. IDs and levels are those of ``docs/spec-outline.md`` and
+are permanent: a clause may be sharpened or split (a new ``RES-3a``), never dropped or
+renumbered. The module is long because it is data, one entry per clause; the code is the few
+functions at the end.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from trainspec.conformance.model import Level
+from trainspec.conformance.spec.results import Level
 from trainspec.errors import UsageError
 
 __all__ = [

@@ -1,9 +1,10 @@
 """The adapter protocol: how the suite drives a trainer it does not know.
 
-An adapter turns a :class:`~trainspec.conformance.scenario.Scenario` into one run of its trainer,
-on one rank, and reports what happened through a :class:`RunContext` as events (the probe in
-``trainspec.conformance.probe`` emits them for seed-shaped trainers). It declares what its trainer
-can do; clauses needing an undeclared capability come out ``n/a`` with the reason, never ``pass``.
+An adapter turns a :class:`~trainspec.conformance.run.scenario.Scenario` into one run of its
+trainer, on one rank, and reports what happened through a :class:`RunContext` as events (the
+probe in ``trainspec.conformance.run.probe`` emits them for seed-shaped trainers). It declares
+what its trainer can do; clauses needing an undeclared capability come out ``n/a`` with the
+reason, never ``pass``.
 
 Adapters run inside worker processes: the process running the suite never imports the trainer.
 """
@@ -14,7 +15,7 @@ import importlib
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from trainspec.conformance.scenario import CrashWhere, Scenario
+from trainspec.conformance.run.scenario import CrashWhere, Scenario
 from trainspec.errors import AdapterError
 
 __all__ = ["CAPABILITIES", "Adapter", "Capability", "RunContext", "load_object"]
@@ -83,7 +84,7 @@ class Adapter(Protocol):
 # Optional on an adapter: ``describe_checkpoints(root: Path) -> list[dict]``, run in a worker
 # after each run, describing every file under ``root`` for the checkpoint clauses (role "last",
 # "best" or "epoch", epoch, step, top-level keys and types, load error; see
-# ``trainspec.conformance.files``). Without it the seed's names and keys are assumed
+# ``trainspec.conformance.run.files``). Without it the seed's names and keys are assumed
 # (``describe_seed_files``): last.pt, best.pt, epoch_<e>.pt holding epoch and train_step.
 #
 # Optional too: ``framework_sources() -> dict[str, str]``, clause IDs to a one-line pointer at

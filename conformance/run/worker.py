@@ -7,7 +7,7 @@ state, lets a crash scenario really kill the process that trains, and bounds eve
 that outlives its time is made to dump every thread's stack (faulthandler) and is killed with its
 whole process group. Nothing crosses a process boundary as a pickle.
 
-Run as ``python -m trainspec.conformance.worker``.
+Run as ``python -m trainspec.conformance.run.worker``.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ __all__ = ["main"]
 
 def _suite_dirs() -> tuple[str, ...]:
     """The real folders of the suite and its adapters (symlinks resolved)."""
-    here = os.path.dirname(os.path.realpath(__file__))
-    return (here + os.sep, os.path.join(os.path.dirname(here), "adapters") + os.sep)
+    suite = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # conformance/
+    return (suite + os.sep, os.path.join(os.path.dirname(suite), "adapters") + os.sep)
 
 
 class ChildContext:
-    """The :class:`~trainspec.conformance.adapter.RunContext` of a run in a forked child."""
+    """The :class:`~trainspec.conformance.run.adapter.RunContext` of a run in a forked child."""
 
     def __init__(self, *, rank: int, world_size: int, ckpt_root: Path, events_fd: int,
                  scenario: Any) -> None:
@@ -64,7 +64,7 @@ class ChildContext:
         os.write(self._fd, (json.dumps({**event, "t": time.time()}) + "\n").encode())
 
     def crash_point(self, where: Any, epoch: int) -> None:
-        from trainspec.conformance.probe import crash_matches, interrupt
+        from trainspec.conformance.run.probe import crash_matches, interrupt
 
         if where == "train_start":
             self.epoch_started = epoch
@@ -190,16 +190,19 @@ def _child_main(req: dict[str, Any], adapter: Any) -> int:
 
 
 def _property_child(req: dict[str, Any], adapter: Any) -> int:
-    from trainspec.conformance.properties import run_property
+    from trainspec.conformance.run.adapter import load_object
 
-    result = run_property(req["property"], adapter, max_examples=int(req["max_examples"]))
+    # the judging code is named by the request (checks/ sits above run/ and is never imported
+    # here by name): ``runner(property_name, adapter, max_examples=...) -> JSON-able dict``
+    runner = load_object(req["runner"])
+    result = runner(req["property"], adapter, max_examples=int(req["max_examples"]))
     out = Path(req["job_dir"]) / "property.json"
     out.write_text(json.dumps(result))
     return 0
 
 
 def _run_child(req: dict[str, Any], adapter: Any) -> int:
-    from trainspec.conformance.scenario import Scenario
+    from trainspec.conformance.run.scenario import Scenario
 
     job_dir = Path(req["job_dir"])
     scenario = Scenario.from_json(req["scenario"])
@@ -281,7 +284,7 @@ def _run(req: dict[str, Any], adapter: Any) -> dict[str, Any]:
 
 def _describe_files(adapter: Any, root: Path) -> list[dict[str, Any]]:
     """The adapter's description of the files a run left (the seed's names by default)."""
-    from trainspec.conformance.files import describe_seed_files
+    from trainspec.conformance.run.files import describe_seed_files
 
     describe = getattr(adapter, "describe_checkpoints", None)
     entries = describe(root) if callable(describe) else describe_seed_files(root)
@@ -292,7 +295,7 @@ def _describe_files(adapter: Any, root: Path) -> list[dict[str, Any]]:
 def _load_adapter(spec: dict[str, Any], cache: dict[str, Any]) -> Any:
     key = json.dumps(spec, sort_keys=True)
     if key not in cache:
-        from trainspec.conformance.adapter import load_object
+        from trainspec.conformance.run.adapter import load_object
 
         factory = load_object(spec["factory"])
         cache[key] = factory(*spec.get("args", []))

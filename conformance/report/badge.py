@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainspec.conformance.model import Report
-from trainspec.conformance.report import write_text
+from trainspec.conformance.report.writers import write_text
+from trainspec.conformance.spec.results import Report
 
 __all__ = ["badge", "write_badge"]
 

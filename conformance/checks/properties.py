@@ -21,43 +21,17 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainspec.conformance.adapter import CAPABILITIES
 from trainspec.conformance.checks.base import CheckFailed
 from trainspec.conformance.checks.common import fmt_scores, label, match_decisions, same_weights
-from trainspec.conformance.oracle import Outcome, decide
-from trainspec.conformance.scenario import Scenario, ScoreScript
-from trainspec.conformance.trace import Trace, parse_rank
+from trainspec.conformance.run.adapter import CAPABILITIES
+from trainspec.conformance.run.memory import MemoryContext
+from trainspec.conformance.run.scenario import Scenario, ScoreScript
+from trainspec.conformance.run.trace import Trace, parse_rank
+from trainspec.conformance.spec.oracle import Outcome, decide
 
 __all__ = ["PROPERTIES", "PropertySpec", "reproducer", "run_property"]
 
 NONFINITE = (math.nan, math.inf, -math.inf)
-
-
-class MemoryContext:
-    """A RunContext recording events in memory; no crash points (properties never crash)."""
-
-    def __init__(self, root: Path) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._root = root
-
-    @property
-    def rank(self) -> int:
-        return 0
-
-    @property
-    def world_size(self) -> int:
-        return 1
-
-    @property
-    def ckpt_root(self) -> Path:
-        return self._root
-
-    def emit(self, event: dict[str, Any]) -> None:
-        # the same JSON round trip as a real run, so NaN and tensors look alike to the checks
-        self.events.append(json.loads(json.dumps(event)))
-
-    def crash_point(self, where: Any, epoch: int) -> None:
-        return None
 
 
 def _score() -> st.SearchStrategy[float]:

@@ -28,8 +28,8 @@ from typing import IO, Any
 
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
-from trainspec.conformance.scenario import Scenario
-from trainspec.conformance.trace import (
+from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.run.trace import (
     FileRecord,
     RankTrace,
     RunStatus,
@@ -65,7 +65,7 @@ class _Worker:
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainspec.conformance.worker"],
+            [sys.executable, "-m", "trainspec.conformance.run.worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
             start_new_session=True, text=True, bufsize=1,
         )
@@ -209,15 +209,16 @@ class World:
                                f"{reply.get('error')}\n{reply.get('traceback', '')}")
         return tuple(FileRecord.from_json(entry) for entry in reply["files"])
 
-    def run_property(self, name: str, *, adapter: AdapterSpec, max_examples: int,
+    def run_property(self, name: str, *, runner: str, adapter: AdapterSpec, max_examples: int,
                      timeout_s: float) -> dict[str, Any]:
         """A hypothesis property run next to the trainer in one bounded child (one rank)."""
         job_dir = self.root / f"job{next(self._jobs)}-property-{name}"
         job_dir.mkdir(parents=True)
         worker = self.workers[0]
         worker.send({"op": "property", "adapter": adapter.to_json(), "property": name,
-                     "max_examples": max_examples, "rank": 0, "job_dir": str(job_dir),
-                     "timeout_s": timeout_s, "preload": list(adapter.preload)})
+                     "runner": runner, "max_examples": max_examples, "rank": 0,
+                     "job_dir": str(job_dir), "timeout_s": timeout_s,
+                     "preload": list(adapter.preload)})
         reply = self._collect_one(worker, timeout_s)
         out = job_dir / "property.json"
         if reply.get("status") == "exited" and reply.get("code") == 0 and out.exists():
@@ -318,10 +319,11 @@ class Harness:
             scenario, adapter=adapter or self.adapter, ckpt_root=root,
             timeout_s=timeout_s or self.timeout_s, preload=preload)
 
-    def property(self, name: str, *, max_examples: int,
+    def property(self, name: str, *, runner: str, max_examples: int,
                  adapter: AdapterSpec | None = None) -> dict[str, Any]:
+        """A property run (``runner``: MODULE:FUNCTION judging it next to the trainer)."""
         # a property is many runs: its bound scales with the examples it may take
-        return self.world(1).run_property(name, adapter=adapter or self.adapter,
+        return self.world(1).run_property(name, runner=runner, adapter=adapter or self.adapter,
                                           max_examples=max_examples,
                                           timeout_s=self.timeout_s + 0.5 * max_examples)
 

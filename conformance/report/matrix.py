@@ -4,10 +4,10 @@
 installed and returns a :class:`ConformanceMatrix`; :func:`build` makes one from reports at
 hand. Three writers, all from the same matrix (:func:`write` writes the three files):
 
-``matrix.json`` (a contract: :func:`trainspec.conformance.specdocs.read_matrix` reads it)
+``matrix.json`` (a contract: :func:`trainspec.conformance.report.specdocs.read_matrix` reads it)
     ``{"trainspec": VERSION, "targets": {NAME: REPORT_JSON, ...},
     "not_installed": {NAME: REASON, ...}, "complete": true}``, each report as
-    :func:`trainspec.conformance.report.to_json` writes it, targets in the matrix's order.
+    :func:`trainspec.conformance.report.writers.to_json` writes it, targets in the matrix's order.
 ``matrix.md``
     a header table (targets across: conformance, verdict counts, environment), then one table
     per clause family: clauses down, one verdict per target across.
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from trainspec.conformance import clauses as registry
-from trainspec.conformance import report as reports_io
-from trainspec.conformance.model import VERDICTS, ClauseResult, Report, Verdict
+from trainspec.conformance.report import writers as reports_io
+from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.results import VERDICTS, ClauseResult, Report, Verdict
 from trainspec.errors import AdapterError, UsageError
 
 if TYPE_CHECKING:
