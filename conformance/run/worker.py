@@ -13,218 +13,19 @@ Run as ``python -m trainspec.conformance.run.worker``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import faulthandler
-import io
 import json
 import os
 import select
 import signal
 import sys
-import time
 import traceback
 import warnings
 from pathlib import Path
 from typing import IO, Any
 
+from trainspec.conformance.run.child import child_main, set_parent_death_signal
+
 __all__ = ["main"]
-
-def _suite_dirs() -> tuple[str, ...]:
-    """The real folders of the suite and its adapters (symlinks resolved)."""
-    suite = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # conformance/
-    return (suite + os.sep, os.path.join(os.path.dirname(suite), "adapters") + os.sep)
-
-
-class ChildContext:
-    """The :class:`~trainspec.conformance.run.adapter.RunContext` of a run in a forked child."""
-
-    def __init__(self, *, rank: int, world_size: int, ckpt_root: Path, events_fd: int,
-                 scenario: Any) -> None:
-        self._rank, self._world_size, self._ckpt_root = rank, world_size, ckpt_root
-        self._fd = events_fd
-        self._scenario = scenario
-        self.epoch_started: int | None = None
-        self.torn = False
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def world_size(self) -> int:
-        return self._world_size
-
-    @property
-    def ckpt_root(self) -> Path:
-        return self._ckpt_root
-
-    def emit(self, event: dict[str, Any]) -> None:
-        # os.write on an fd opened before the run: no open() call for the audit hook to see,
-        # and a line is on disk before the next statement, so a kill loses nothing emitted
-        os.write(self._fd, (json.dumps({**event, "t": time.time()}) + "\n").encode())
-
-    def crash_point(self, where: Any, epoch: int) -> None:
-        from trainspec.conformance.run.probe import crash_matches, interrupt
-
-        if where == "train_start":
-            self.epoch_started = epoch
-        crash = self._scenario.crash
-        if crash_matches(self._scenario, where, epoch, self._rank):
-            self.emit({"ev": "crash", "where": where, "epoch": epoch, "how": crash.how})
-            interrupt(crash.how, crash.stall_s)
-
-    def should_tear_write(self) -> float | None:
-        """The share of bytes to write before a kill, when this write is the one to tear."""
-        crash = self._scenario.crash
-        if crash is None or crash.where != "write" or crash.rank != self._rank \
-                or self.epoch_started != crash.epoch or self.torn:
-            return None
-        self.torn = True
-        return float(crash.fraction)
-
-
-def _set_parent_death_signal() -> None:
-    """Linux: the child dies with its worker, so no run outlives the harness."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _install_write_watch(ctx: ChildContext, slow_writes_s: float) -> None:
-    """Record every write into the checkpoint folder this process makes (DIST-4, DBG-3)."""
-    import torch
-
-    root = str(ctx.ckpt_root.resolve())
-
-    def inside(path: object) -> str | None:
-        if isinstance(path, bytes):
-            path = path.decode(errors="replace")
-        if not isinstance(path, str | os.PathLike):
-            return None
-        full = os.path.abspath(os.fspath(path))
-        return full if full.startswith(root) else None
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event == "open" and len(args) >= 2:
-            mode, path = args[1], inside(args[0])
-            flags = args[2] if len(args) > 2 else 0
-            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                mode is None and isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
-            if path and writes:
-                ctx.emit({"ev": "write", "path": path, "via": "open"})
-        elif event == "os.rename" and len(args) >= 2:
-            path = inside(args[1])
-            if path:
-                ctx.emit({"ev": "write", "path": path, "via": "rename"})
-
-    sys.addaudithook(hook)
-    original = torch.save
-
-    def watched_save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
-        target = inside(f) if not hasattr(f, "write") else inside(getattr(f, "name", None))
-        if target:
-            ctx.emit({"ev": "write", "path": target, "via": "torch.save"})
-            if slow_writes_s and ctx.rank == 0:
-                time.sleep(slow_writes_s)
-            fraction = ctx.should_tear_write()
-            if fraction is not None:
-                _tear(original, obj, f, fraction, ctx)
-        original(obj, f, *args, **kwargs)
-
-    torch.save = watched_save
-    torch.serialization.save = watched_save
-
-
-def _tear(save: Any, obj: object, f: Any, fraction: float, ctx: ChildContext) -> None:
-    """Write the first ``fraction`` of the file's bytes where torch.save would, then die.
-
-    This is what a crash mid-write leaves: whatever the trainer's way of writing (in place,
-    or a temporary file renamed afterwards), the bytes reach the file it opened.
-    """
-    buffer = io.BytesIO()
-    save(obj, buffer)
-    data = buffer.getvalue()[: int(len(buffer.getvalue()) * fraction)]
-    if hasattr(f, "write"):
-        f.write(data)
-        f.flush()
-    else:
-        with open(f, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-    ctx.emit({"ev": "crash", "where": "write", "bytes": len(data), "how": "sigkill"})
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _error_is_ours(tb: traceback.StackSummary, adapter: object) -> bool:
-    """Whether the innermost frame lies in the suite, its adapters, or the target's adapter:
-    the harness or the adapter broke, not the trainer it drives."""
-    if not tb:
-        return False
-    where = os.path.realpath(tb[-1].filename)
-    module = sys.modules.get(type(adapter).__module__)
-    adapter_file = getattr(module, "__file__", None)
-    if adapter_file and where == os.path.realpath(adapter_file):
-        return True
-    return any(where.startswith(d) for d in _suite_dirs())
-
-
-def _child_setup(req: dict[str, Any]) -> None:
-    """Point the child's output at its log, arm the stack dump, take the run's environment."""
-    job_dir = Path(req["job_dir"])
-    log = os.open(job_dir / f"rank{req['rank']}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.environ.update(req.get("env", {}))
-
-
-def _child_main(req: dict[str, Any], adapter: Any) -> int:
-    _child_setup(req)
-    if req["op"] == "property":
-        return _property_child(req, adapter)
-    return _run_child(req, adapter)
-
-
-def _property_child(req: dict[str, Any], adapter: Any) -> int:
-    from trainspec.conformance.run.adapter import load_object
-
-    # the judging code is named by the request (checks/ sits above run/ and is never imported
-    # here by name): ``runner(property_name, adapter, max_examples=...) -> JSON-able dict``
-    runner = load_object(req["runner"])
-    result = runner(req["property"], adapter, max_examples=int(req["max_examples"]))
-    out = Path(req["job_dir"]) / "property.json"
-    out.write_text(json.dumps(result))
-    return 0
-
-
-def _run_child(req: dict[str, Any], adapter: Any) -> int:
-    from trainspec.conformance.run.scenario import Scenario
-
-    job_dir = Path(req["job_dir"])
-    scenario = Scenario.from_json(req["scenario"])
-    events_fd = os.open(job_dir / f"rank{req['rank']}.events.jsonl",
-                        os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    ctx = ChildContext(rank=req["rank"], world_size=scenario.world_size,
-                       ckpt_root=Path(req["ckpt_root"]), events_fd=events_fd, scenario=scenario)
-    _install_write_watch(ctx, scenario.task.slow_writes_s)
-    try:
-        adapter.run(scenario, ctx)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-        ctx.emit({"ev": "exit", "code": code, "message": str(e.code)})
-        return code
-    except BaseException as e:
-        tb = traceback.extract_tb(e.__traceback__)
-        ctx.emit({"ev": "error", "type": type(e).__name__, "message": str(e)[:2000],
-                  "traceback": "".join(traceback.format_exception(e))[-8000:],
-                  "ours": _error_is_ours(tb, adapter)})
-        return 1
-    ctx.emit({"ev": "done"})
-    return 0
 
 
 def _wait(pid: int, timeout_s: float) -> int | None:
@@ -253,8 +54,8 @@ def _run(req: dict[str, Any], adapter: Any) -> dict[str, Any]:
         code = 1
         try:
             os.setpgid(0, 0)
-            _set_parent_death_signal()
-            code = _child_main(req, adapter)
+            set_parent_death_signal()
+            code = child_main(req, adapter)
         finally:
             os._exit(code)
     timeout_s = float(req["timeout_s"])
