@@ -31,6 +31,7 @@ from trainspec.adapters.hf import (
 )
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.run.memory import MemoryContext
+from trainspec.conformance.run.records import Record
 from trainspec.conformance.run.scenario import CrashWhere, Scenario, ScoreScript, Task
 from trainspec.errors import AdapterError
 
@@ -181,6 +182,9 @@ class _RankContext:
     @property
     def ckpt_root(self) -> Path:
         return self._root
+
+    def record(self, record: Record) -> None:
+        return None
 
     def emit(self, event: dict[str, Any]) -> None:
         return None

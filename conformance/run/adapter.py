@@ -15,6 +15,7 @@ import importlib
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from trainspec.conformance.run.records import Record
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 from trainspec.errors import AdapterError
 
@@ -54,8 +55,12 @@ class RunContext(Protocol):
         """The folder to use as ``ckpt.dir``; empty at the start of the first run of a check."""
         ...
 
+    def record(self, record: Record) -> None:
+        """Report one record (:mod:`trainspec.conformance.run.records`) in this rank's trace."""
+        ...
+
     def emit(self, event: dict[str, Any]) -> None:
-        """Record one event (a JSON-able dict with an ``ev`` key) in this rank's trace."""
+        """Deprecated: the untyped form of :meth:`record`, kept while producers move over."""
         ...
 
     def crash_point(self, where: CrashWhere, epoch: int) -> None:

@@ -19,7 +19,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainspec.conformance.run.records import Record
 
 __all__ = ["ChildContext", "child_main", "set_parent_death_signal"]
 
@@ -52,6 +55,11 @@ class ChildContext:
     @property
     def ckpt_root(self) -> Path:
         return self._ckpt_root
+
+    def record(self, record: Record) -> None:
+        from trainspec.conformance.run.records import to_json
+
+        self.emit(to_json(record))
 
     def emit(self, event: dict[str, Any]) -> None:
         # os.write on an fd opened before the run: no open() call for the audit hook to see,

@@ -11,13 +11,16 @@ roles (its ``describe_checkpoints(root)``), so every checkpoint clause reads one
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-__all__ = ["ROLES", "Role", "as_int", "describe_seed_files", "error_line", "file_entry",
-           "load_dict", "seed_role", "top_level"]
+from trainspec.conformance.run.records import FileRecord
+
+__all__ = ["ROLES", "Role", "as_int", "describe_files", "describe_seed_files", "error_line",
+           "file_entry", "file_record", "load_dict", "seed_role", "top_level"]
 
 Role = Literal["last", "best", "epoch"]
 ROLES: tuple[Role, ...] = ("last", "best", "epoch")
@@ -90,3 +93,26 @@ def _read(path: Path) -> dict[str, Any]:
         return {"error": error}
     return {"epoch": as_int(content.get("epoch")), "step": as_int(content.get("train_step")),
             **top_level(content)}
+
+
+def file_record(path: Path, root: Path, role: Role | None) -> FileRecord:
+    """A file under ``root`` before its content is read: where, how big, when, its role."""
+    stat = path.stat()
+    return FileRecord(relpath=path.relative_to(root).as_posix(), size=stat.st_size,
+                      mtime_ns=stat.st_mtime_ns, role=role)
+
+
+def describe_files(root: Path, role_of: Callable[[str], Role | None],
+                   read: Callable[[Path, FileRecord], FileRecord]) -> list[FileRecord]:
+    """Every file under ``root`` (sorted), each given the role ``role_of(name)`` says; a
+    checkpoint (a file with a role) is then completed by ``read(path, record)``, which returns
+    the record with what the file holds (``dataclasses.replace``: epoch, step, keys, types,
+    holds, or the load error). An adapter's ``describe_checkpoints`` is this call with its
+    framework's names and format."""
+    if not root.exists():
+        return []
+    out = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        record = file_record(path, root, role_of(path.name))
+        out.append(read(path, record) if record.role is not None else record)
+    return out

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trainspec.conformance.run.records import Record, to_json
+
 __all__ = ["MemoryContext"]
 
 
@@ -27,6 +29,9 @@ class MemoryContext:
     @property
     def ckpt_root(self) -> Path:
         return self._root
+
+    def record(self, record: Record) -> None:
+        self.emit(to_json(record))
 
     def emit(self, event: dict[str, Any]) -> None:
         # the same JSON round trip as a real run, so NaN and tensors look alike to the checks

@@ -1,0 +1,136 @@
+"""Recording helpers every adapter shares: trainer state, file snapshots, pending validations.
+
+An adapter observes its trainer through the framework's hooks and reports records
+(:mod:`trainspec.conformance.run.records`). These helpers capture the parts every adapter needs
+the same way: the state a resume must restore (:func:`trainer_state`), a checkpoint file as
+seen at one moment (:func:`snapshot_file`), and a validation whose verdicts the framework only
+settles after its callbacks have acted (:class:`PendingValidation`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from trainspec.conformance.run.adapter import RunContext
+from trainspec.conformance.run.files import as_int, load_dict
+from trainspec.conformance.run.records import (
+    FileSnapshot,
+    Phase,
+    TrainerState,
+    Validation,
+    Weights,
+)
+from trainspec.conformance.run.task import plain_weights, rng_digests
+from trainspec.errors import AdapterError
+
+__all__ = ["FileContent", "PendingValidation", "model_state_of", "newest_file",
+           "seed_content", "snapshot_file", "trainer_state"]
+
+# what a checkpoint's content says: (epoch, step, model weights); raise AdapterError when the
+# content is not what the reader expects
+FileContent = Callable[[Mapping[str, object]], tuple[int | None, int | None, Mapping[str, object]]]
+
+
+def trainer_state(model: torch.nn.Module | Mapping[str, object],
+                  optimizer: torch.optim.Optimizer | None = None,
+                  schedulers: Sequence[object] = ()) -> TrainerState:
+    """What a resume must restore, now: the model's weights (a module or a state dict), the
+    optimizer's and schedulers' state dicts (one scheduler as itself, several as a list), and
+    a digest of every global RNG."""
+    weights = model.state_dict() if isinstance(model, torch.nn.Module) else model
+    states = [s.state_dict() for s in schedulers if hasattr(s, "state_dict")]
+    return TrainerState(weights=plain_weights(weights),
+                        optimizer=None if optimizer is None else optimizer.state_dict(),
+                        scheduler=None if not states else states[0] if len(states) == 1
+                        else states,
+                        rng=rng_digests())
+
+
+def model_state_of(ckpt: Mapping[str, object]) -> Mapping[str, object]:
+    """The model weights inside a seed-shaped checkpoint (``model_state_dict``)."""
+    for key in ("model_state_dict", "model", "state_dict"):
+        value = ckpt.get(key)
+        if isinstance(value, Mapping) and value:
+            return value
+    raise AdapterError(
+        f"checkpoint: expected the model's weights under 'model_state_dict' (the seed shape: "
+        f"add_checkpoint_items(model=...) saves '<name>_state_dict'), found keys "
+        f"{sorted(ckpt)[:12]}. Save registered items as '<name>_state_dict'.")
+
+
+def seed_content(content: Mapping[str, object]
+                 ) -> tuple[int | None, int | None, Mapping[str, object]]:
+    """A seed-shaped checkpoint's epoch, ``train_step`` and model weights."""
+    return as_int(content.get("epoch")), as_int(content.get("train_step")), \
+        model_state_of(content)
+
+
+def newest_file(root: Path, name: str) -> Path | None:
+    """The most recently modified file called ``name`` anywhere under ``root``."""
+    if not root.exists():
+        return None
+    found = [p for p in root.rglob(name) if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+
+
+def snapshot_file(path: Path | None, read: FileContent = seed_content) -> FileSnapshot | None:
+    """A checkpoint file as seen now, loaded weights-only; None when there is no such file.
+
+    ``read`` says what the loaded content means (the seed's keys by default); a file that does
+    not load, or that ``read`` refuses, is a snapshot with its ``error``.
+    """
+    if path is None or not path.is_file():
+        return None
+    stat = path.stat()
+    content, error = load_dict(path)
+    if content is None:
+        return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
+                            error=error)
+    try:
+        epoch, step, weights = read(content)
+    except AdapterError as e:
+        return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
+                            error=str(e))
+    return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
+                        epoch=epoch, step=step, weights=plain_weights(weights))
+
+
+class PendingValidation:
+    """A validation seen before the framework's callbacks decided on it.
+
+    Frameworks score a validation in one hook and act on the score (best checkpoint, early
+    stopping) in callbacks that run after it. :meth:`hold` keeps the score and the weights;
+    :meth:`settle`, called once every callback has acted, records the validation with the
+    verdicts the framework reached, then offers the ``val_after_save`` crash point: by then the
+    validation is decided and saved, so a kill there must not hide it from the trace.
+    """
+
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
+        self._held: tuple[int, Phase, float, Weights] | None = None
+
+    @property
+    def is_pending(self) -> bool:
+        return self._held is not None
+
+    def hold(self, *, epoch: int, phase: Phase, score: float,
+             weights: torch.nn.Module | Mapping[str, object]) -> None:
+        state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+        self._held = (epoch, phase, score, plain_weights(state))
+
+    def settle(self, *, improved: bool, stop: bool,
+               best_file: FileSnapshot | None = None) -> Validation | None:
+        """Record the held validation (None when nothing is held)."""
+        if self._held is None:
+            return None
+        epoch, phase, score, weights = self._held
+        self._held = None
+        record = Validation(epoch=epoch, phase=phase, score=score, improved=improved,
+                            stop=stop, weights=weights, best_file=best_file)
+        self._ctx.record(record)
+        if phase == "epoch":
+            self._ctx.crash_point("val_after_save", epoch)
+        return record
