@@ -9,8 +9,11 @@ corrupt one names the file (CKPT-4).
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
+import re
+import shutil
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,7 +21,7 @@ from typing import Any
 
 import torch
 
-from trainspec.errors import CheckpointCorruptError, CheckpointNotFoundError
+from trainspec.errors import CheckpointCorruptError, CheckpointNotFoundError, CheckpointWriteError
 
 __all__ = ["find_checkpoint", "load_checkpoint", "save_checkpoint"]
 
@@ -30,6 +33,7 @@ def save_checkpoint(path: Path, state: Mapping[str, Any], *, fsync: bool = True)
     process, but not against a power loss.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_temporaries(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
@@ -38,6 +42,9 @@ def save_checkpoint(path: Path, state: Mapping[str, Any], *, fsync: bool = True)
             if fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(path, e) from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -49,6 +56,42 @@ def save_checkpoint(path: Path, state: Mapping[str, Any], *, fsync: bool = True)
         finally:
             os.close(dir_fd)
     return path
+
+
+def _sweep_stale_temporaries(path: Path) -> None:
+    """Remove the temporaries of ``path`` that a killed write left (``.NAME.<pid>.tmp`` of a
+    process that no longer runs): a crash mid-write must not leave litter that grows."""
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.(\d+)\.tmp$")
+    for candidate in path.parent.glob(f".{path.name}.*.tmp"):
+        match = pattern.match(candidate.name)
+        if match and int(match.group(1)) != os.getpid() and not _is_alive(int(match.group(1))):
+            candidate.unlink(missing_ok=True)
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def _write_error(path: Path, error: BaseException) -> CheckpointWriteError:
+    """What went wrong writing ``path``, named as such: a full disk (which torch reports as an
+    "unexpected pos" in its zip writer) or another OS error, with the path and the fix."""
+    no_space = (isinstance(error, OSError) and error.errno == errno.ENOSPC) or \
+        "unexpected pos" in str(error)
+    if no_space:
+        free = shutil.disk_usage(path.parent).free
+        return CheckpointWriteError(
+            f"{path}: cannot write the checkpoint, no space left on the device "
+            f"({free} bytes free in {path.parent}). Free some space or point ckpt.dir at "
+            "another disk; the previous checkpoint at this path is intact.")
+    return CheckpointWriteError(
+        f"{path}: cannot write the checkpoint ({_first_line(error)}). Check that ckpt.dir is "
+        "writable; the previous checkpoint at this path is intact.")
 
 
 def find_checkpoint(load_from: str, ckpt_dir: str) -> Path:
@@ -81,9 +124,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
+        if not zipfile.is_zipfile(path):  # torch writes zip archives: these are other bytes
+            raise CheckpointCorruptError(
+                f"{path}: not a torch checkpoint (not the zip archive torch.save writes; "
+                f"{_actionable_line(e)}). Resume from an earlier checkpoint (last.pt, "
+                "epoch_<e>.pt) or start fresh."
+            ) from None
         raise CheckpointCorruptError(
             f"{path}: refused to load, the checkpoint holds objects a weights-only load does not "
-            f"allow ({_first_line(e)}). Loading it fully could execute code embedded in it; "
+            f"allow ({_actionable_line(e)}). Loading it fully could execute code embedded in it; "
             "re-save it with tensors, numbers, strings and plain containers only."
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
@@ -102,3 +151,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
+
+
+def _actionable_line(error: BaseException) -> str:
+    """The line of a weights-only refusal that says what was refused ("Unsupported global:
+    GLOBAL pkg.Config ..."), not torch's preamble; escape codes removed."""
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(error))
+    found = re.search(r"Unsupported (?:global|operand)[^\n]*?(?=\. |\.?$)", text, re.MULTILINE)
+    return found.group(0).strip() if found else _first_line(error)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import logging
 import math
 import os
@@ -170,12 +171,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="stop after this many validations without improvement (default: "
                         "never)")
     parser.add_argument("--ckpt-dir", type=Path,
-                        default=Path(tempfile.gettempdir()) / "trainspec-example",
+                        default=_default_ckpt_dir(),
                         help="where run folders go (default: %(default)s)")
     parser.add_argument("--debug", action="store_true", help="one batch per split, one epoch")
     parser.add_argument("--resume", metavar="FILE", default=None,
                         help="resume from this checkpoint (a last.pt)")
     return parser.parse_args(argv)
+
+
+def _default_ckpt_dir() -> Path:
+    """A folder of this user's under the temp directory: two users of one machine never
+    write into (or resume from) each other's runs."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name in a bare container: the uid still separates
+        user = str(os.getuid())
+    return Path(tempfile.gettempdir()) / f"trainspec-example-{user}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

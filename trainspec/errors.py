@@ -11,6 +11,7 @@ __all__ = [
     "CheckpointCorruptError",
     "CheckpointError",
     "CheckpointNotFoundError",
+    "CheckpointWriteError",
     "ConfigError",
     "HarnessError",
     "ResumeMismatchError",
@@ -37,6 +38,11 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 class CheckpointCorruptError(CheckpointError):
     """A checkpoint file exists but is truncated, corrupt, or holds objects a safe load refuses."""
+
+
+class CheckpointWriteError(CheckpointError, OSError):
+    """A checkpoint could not be written (a full disk, a folder that is not writable); the
+    previous file at that path is intact."""
 
 
 class ResumeMismatchError(CheckpointError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import signal
 from collections.abc import Iterator
@@ -20,7 +21,11 @@ from tests.reference.reference_helpers import (
     assert_same_weights,
     make_config,
 )
-from trainspec.errors import CheckpointCorruptError, CheckpointNotFoundError
+from trainspec.errors import (
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    CheckpointWriteError,
+)
 from trainspec.reference import (
     PREEMPTED_EXIT_CODE,
     TrainConfig,
@@ -168,6 +173,17 @@ def test_loading_never_runs_code_embedded_in_a_checkpoint(
     assert not marker.exists()
 
 
+def test_a_refused_checkpoint_names_the_global_it_holds_without_escape_codes(
+        booby_trapped: tuple[Path, Path]) -> None:
+    path, _ = booby_trapped
+    # RunsCode pickles itself through getattr, the global a weights-only load refuses
+    with pytest.raises(CheckpointCorruptError, match=r"\(Unsupported global: GLOBAL getattr was "
+                                                     r"not an allowed global by default\)\. "
+                                                     r"Loading it fully") as caught:
+        load_checkpoint(path)
+    assert "\x1b" not in str(caught.value)
+
+
 @pytest.mark.clause("CKPT-3")
 @pytest.mark.parametrize("resume", [True, False])
 def test_a_trainer_refuses_a_booby_trapped_checkpoint(
@@ -212,10 +228,57 @@ def test_a_corrupt_checkpoint_names_the_file(tmp_path: Path, damage: str) -> Non
         path.write_bytes(b"")
     else:
         torch.save([1, 2, 3], path)
-    with pytest.raises(CheckpointCorruptError, match=rf"{path}: "):
+    with pytest.raises(CheckpointCorruptError, match=rf"{path}: ") as caught:
         load_checkpoint(path)
+    assert "malicious" not in str(caught.value)
+    assert "refused" not in str(caught.value)
     with pytest.raises(CheckpointCorruptError, match=r"epoch_3\.pt"):
         ScriptedTrainer(loading(make_config(tmp_path), str(path)))
+
+
+def test_random_bytes_are_named_not_a_checkpoint_rather_than_a_refused_one(
+        tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(CheckpointCorruptError, match=rf"{path}: not a torch checkpoint"):
+        load_checkpoint(path)
+
+
+def test_a_killed_write_leaves_a_temporary_that_the_next_save_sweeps(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)  # a pid that no longer runs, as a killed writer's
+    stale = tmp_path / f".last.pt.{dead}.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    alive = tmp_path / f".last.pt.{os.getppid()}.tmp"  # another live writer's: left alone
+    alive.write_bytes(b"in progress")
+    save_checkpoint(path, {"epoch": 0})
+    assert not stale.exists()
+    assert alive.exists()
+    assert load_checkpoint(path) == {"epoch": 0}
+
+
+@pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"),
+                                     RuntimeError("[enforce fail at inline_container.cc:664] "
+                                                  ". unexpected pos 64 vs 0")])
+def test_a_full_disk_is_named_with_the_path_and_the_old_file_survives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: Exception) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"epoch": 0})
+
+    def full_disk(obj: object, f: BinaryIO, *args: Any, **kwargs: Any) -> None:
+        f.write(b"partial")
+        raise failure
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointWriteError, match=rf"{path}: cannot write the checkpoint, no "
+                                                   r"space left on the device \(\d+ bytes free"):
+        save_checkpoint(path, {"epoch": 1})
+    monkeypatch.undo()
+    assert load_checkpoint(path) == {"epoch": 0}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
 # --------------------------------------------------------------------------------- CKPT-5
