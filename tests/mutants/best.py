@@ -7,9 +7,15 @@ from collections.abc import Mapping
 
 import torch
 
+from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer
 
 
+@mutant_of("check_best_needs_a_strictly_better_score",
+           expect="after epoch 1 scored 0.5 and was taken as an improvement; "
+                  "expected none (scores [0.5, 0.5,")
+@mutant_of("check_best_selection_matches_the_oracle",
+           expect="was taken as an improvement; expected none (scores so far [0.125, 0.125]")
 class TieCountsAsImprovement(BaseTrainer):
     """Compares with >= (<= when minimizing): a tie replaces the best."""
 
@@ -19,6 +25,8 @@ class TieCountsAsImprovement(BaseTrainer):
         return score <= self.best_score if self.val_minimize else score >= self.best_score
 
 
+@mutant_of("check_best_weights_are_a_copy",
+           expect="they equal the final weights: the best model aliases the live parameters")
 class BestModelAliasesWeights(BaseTrainer):
     """Keeps the state_dict itself, whose tensors share storage with the live parameters."""
 
@@ -26,6 +34,8 @@ class BestModelAliasesWeights(BaseTrainer):
         return dict(self.model.state_dict())
 
 
+@mutant_of("check_best_file_follows_improvements",
+           expect="epoch 2 did not improve but best.pt was rewritten")
 class WritesBestEveryValidation(BaseTrainer):
     """Rewrites best.pt after every validation, improved or not."""
 
@@ -36,6 +46,8 @@ class WritesBestEveryValidation(BaseTrainer):
         return improved
 
 
+@mutant_of("check_test_sees_best_weights",
+           expect="the test pass saw other weights than those of epoch 0, the best")
 class KeepsLastAsBest(BaseTrainer):
     """nanoGPT's default: the latest weights become the best model at every validation."""
 

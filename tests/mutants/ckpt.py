@@ -11,10 +11,13 @@ from typing import Any
 
 import torch
 
+from tests.mutants.registry import mutant_of
 from trainspec.errors import CheckpointError
 from trainspec.reference import BaseTrainer, find_checkpoint
 
 
+@mutant_of("check_checkpoint_files_and_contents",
+           expect="the run wrote ['epoch_1.pt', 'epoch_3.pt']")
 class EpochCheckpointsOffByOne(BaseTrainer):
     """Writes epoch_<e>.pt when (e + 1) % every_n_epochs == 0."""
 
@@ -28,6 +31,8 @@ class EpochCheckpointsOffByOne(BaseTrainer):
             self._save("last.pt")
 
 
+@mutant_of("check_checkpoint_files_and_contents",
+           expect="when epoch 1 started, last.pt said epoch None; expected 0")
 class LastCheckpointOnlyAtTheEnd(BaseTrainer):
     """Writes last.pt after the final epoch only."""
 
@@ -36,6 +41,8 @@ class LastCheckpointOnlyAtTheEnd(BaseTrainer):
             super()._write_epoch_checkpoints()
 
 
+@mutant_of("check_checkpoint_files_and_contents",
+           expect="when epoch 3 started, last.pt said epoch 1; expected 2")
 class LastCheckpointOnlyOnImprovement(BaseTrainer):
     """Writes last.pt only after an epoch that improved (the save sits under the best-model
     branch), so a run's last.pt lags behind after every non-improvement."""
@@ -45,6 +52,7 @@ class LastCheckpointOnlyOnImprovement(BaseTrainer):
             super()._write_epoch_checkpoints()
 
 
+@mutant_of("check_checkpoint_files_and_contents", expect="best.pt lacks optimizer_state_dict")
 class CheckpointOmitsTheOptimizer(BaseTrainer):
     """Saves the model but not the other registered items."""
 
@@ -57,6 +65,8 @@ class CheckpointOmitsTheOptimizer(BaseTrainer):
             self.ckpt_items = items
 
 
+@mutant_of("check_checkpoint_errors_name_the_file",
+           expect="(no such file) did not raise; the run trained [0, 1] from scratch")
 class MissingCheckpointStartsFresh(BaseTrainer):
     """Treats a missing or unreadable checkpoint as no checkpoint at all."""
 
@@ -68,6 +78,9 @@ class MissingCheckpointStartsFresh(BaseTrainer):
             return None
 
 
+@mutant_of("check_checkpoint_errors_name_the_file",
+           expect="raised without naming the path tried: "
+                  "RuntimeError: could not load the checkpoint")
 class VagueCheckpointErrors(BaseTrainer):
     """Fails on a bad checkpoint without saying which file."""
 
@@ -78,6 +91,7 @@ class VagueCheckpointErrors(BaseTrainer):
             raise RuntimeError("could not load the checkpoint") from None
 
 
+@mutant_of("check_interrupted_write_keeps_the_previous_file", expect="last.pt no longer loads")
 class WritesCheckpointsInPlace(BaseTrainer):
     """torch.save straight over the old file: a crash mid-write leaves it torn."""
 
@@ -85,6 +99,7 @@ class WritesCheckpointsInPlace(BaseTrainer):
         torch.save(state, path)
 
 
+@mutant_of("check_loading_never_runs_embedded_code", expect="executed code embedded in it")
 class UnsafeCheckpointLoad(BaseTrainer):
     """Loads checkpoints with a full unpickler (weights_only=False), as the seed did."""
 
@@ -101,6 +116,8 @@ class UnsafeCheckpointLoad(BaseTrainer):
         return dict(ckpt)
 
 
+@mutant_of("check_sigterm_leaves_a_resumable_checkpoint",
+           expect="the process ended (killed: killed by SIGTERM) without writing a checkpoint")
 class IgnoresSigterm(BaseTrainer):
     """Installs no SIGTERM handler: a preemption kills the run wherever it is."""
 
@@ -110,6 +127,8 @@ class IgnoresSigterm(BaseTrainer):
         yield
 
 
+@mutant_of("check_sigterm_leaves_a_resumable_checkpoint",
+           expect="the process ended (exited: exited with status 143) without writing a checkpoint")
 class SigtermWithoutCheckpoint(BaseTrainer):
     """Exits at once on SIGTERM, saving nothing."""
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
+from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer, OneBatchLoader, TrainConfig
 
 
@@ -28,6 +29,8 @@ class _AlwaysOneBatch:
         return getattr(self.loader, name)
 
 
+@mutant_of("check_debug_caps_every_split_at_one_batch",
+           expect="eval_loader has len() 1 and yielded 0 batches")
 class DebugLoaderLiesAboutLength(BaseTrainer):
     """Truncates with a loader that reports len() 1 for an empty split."""
 
@@ -51,30 +54,40 @@ def _debug_config(**changes: Any) -> type[TrainConfig]:
     return BrokenDebug
 
 
+@mutant_of("check_debug_caps_epochs_at_one",
+           expect="num_epochs=3 trained epochs [0, 1, 2], expected [0]")
 class DebugKeepsAllEpochs(BaseTrainer):
     """Debug does not cap num_epochs."""
 
     config_type = _debug_config(num_epochs=lambda c: c.num_epochs)
 
 
+@mutant_of("check_debug_writes_nothing", expect="debug mode left 4 file(s) in ckpt.dir")
 class DebugWritesCheckpoints(BaseTrainer):
     """Debug leaves checkpointing on."""
 
     config_type = _debug_config(ckpt=lambda c: c.ckpt)
 
 
+@mutant_of("check_debug_still_steps_the_optimizer",
+           expect="grad_accum_steps=4 took 0 optimizer steps")
+@mutant_of("check_debug_steps_under_several_ranks",
+           expect="with grad_accum_steps=4, rank 0 took no optimizer step")
 class DebugKeepsGradAccum(BaseTrainer):
     """Debug keeps grad_accum_steps, so the single batch never reaches an optimizer step."""
 
     config_type = _debug_config(grad_accum_steps=lambda c: c.grad_accum_steps)
 
 
+@mutant_of("check_debug_disables_prediction_dumps", expect="debug mode left save_preds.enable=True")
 class DebugKeepsPredictionDumps(BaseTrainer):
     """Debug leaves save_preds.enable as the user set it."""
 
     config_type = _debug_config(save_preds=lambda c: c.save_preds)
 
 
+@mutant_of("check_debug_sizes_schedules_from_full_length",
+           expect="setup saw len(train_loader) = 1, expected the full 6")
 class DebugTruncatesInSetup(BaseTrainer):
     """Truncates each loader as setup assigns it, so setup sizes schedules from one batch."""
 
@@ -88,6 +101,8 @@ class DebugTruncatesInSetup(BaseTrainer):
         return None
 
 
+@mutant_of("check_debug_truncates_under_several_ranks",
+           expect="rank 0 trained 3 batches with len() 3")
 class DebugDoesNotTruncate(BaseTrainer):
     """Debug mode leaves the loaders whole."""
 

@@ -9,10 +9,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer, save_checkpoint
 from trainspec.reference.distributed import ProcessGroup
 
 
+@mutant_of("check_pooled_mean_is_sum_over_counts",
+           expect="pooled 1.66667 from the (total, count) shards [(3.0, 1.0), (1.0, 3.0)]")
+@mutant_of("check_ranks_decide_as_one_rank",
+           expect="scored through reduce_mean, rank 0 of 2 decided (epoch, improved, stop) "
+                  "[(0, True, False), (1, False, False)")
 class MeanOfRankMeans(BaseTrainer):
     """Averages each rank's local mean: wrong whenever ranks count different numbers."""
 
@@ -22,6 +28,7 @@ class MeanOfRankMeans(BaseTrainer):
         return summed / self.world_size if count or summed else math.nan
 
 
+@mutant_of("check_ranks_stop_together", expect="the ranks stopped after epochs {0: 1, 1: None}")
 class StopVerdictOnRankZeroOnly(BaseTrainer):
     """Early stopping decided on rank 0 alone: the other ranks train on into a dead world."""
 
@@ -35,6 +42,8 @@ class StopVerdictOnRankZeroOnly(BaseTrainer):
         return stop if self.rank == 0 else False
 
 
+@mutant_of("check_ranks_agree_on_best",
+           expect="rank 1 holds other best weights than rank 0: observed no weights")
 class BestWeightsOnRankZeroOnly(BaseTrainer):
     """Keeps best weights on rank 0 only; the other ranks test their final weights."""
 
@@ -45,6 +54,7 @@ class BestWeightsOnRankZeroOnly(BaseTrainer):
         return improved
 
 
+@mutant_of("check_only_rank_zero_writes", expect="rank 1 wrote ")
 class EveryRankWritesCheckpoints(BaseTrainer):
     """Forgets the rank guard: every rank writes every checkpoint file."""
 
@@ -57,6 +67,8 @@ class EveryRankWritesCheckpoints(BaseTrainer):
             self.rank = rank
 
 
+@mutant_of("check_only_rank_zero_writes",
+           expect="while last.pt still said epoch None: the file of epoch 0 was not complete")
 class WritesCheckpointsInBackground(BaseTrainer):
     """Writes checkpoints on a thread and moves on: the next epoch may start before the file."""
 
@@ -64,6 +76,8 @@ class WritesCheckpointsInBackground(BaseTrainer):
         threading.Thread(target=save_checkpoint, args=(path, state), daemon=True).start()
 
 
+@mutant_of("check_a_lost_rank_fails_every_rank_in_time",
+           expect="stalled at epoch 1 and rank 0 errored only")
 class NoProcessGroupTimeout(BaseTrainer):
     """Ignores ddp.timeout_s: the group keeps torch's 30-minute default."""
 
@@ -72,6 +86,11 @@ class NoProcessGroupTimeout(BaseTrainer):
                                  dataclasses.replace(self.cfg.ddp, timeout_s=1800.0))
 
 
+# rank 1, whose own scores fall, alone stops at epoch 1 (DIST-2) and sees no improvement (DIST-3)
+@mutant_of("check_ranks_stop_together_on_rank_local_scores",
+           expect="1: [(0, False), (1, True)]}: one verdict per rank")
+@mutant_of("check_ranks_agree_on_best_on_rank_local_scores",
+           expect="1: [(0, True), (1, False)]}: one verdict per rank")
 class DecidesOnLocalScore(BaseTrainer):
     """Takes each rank's own score for best selection: ranks given different scores diverge."""
 

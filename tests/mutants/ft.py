@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer
 
 
+@mutant_of("check_finetune_starts_a_new_run",
+           expect="started with a restored optimizer state, not a fresh one")
+@mutant_of("check_finetune_accepts_a_new_optimizer", expect="the run raised: ResumeMismatchError")
 class RestoresStateOnFinetune(BaseTrainer):
     """Restores optimizer and scheduler even when the run is a finetune."""
 
@@ -17,6 +21,8 @@ class RestoresStateOnFinetune(BaseTrainer):
             self._restore_items(ckpt)
 
 
+@mutant_of("check_finetune_starts_a_new_run",
+           expect="the finetune (ckpt.resume=false) started at epoch 3, train_step 18")
 class FinetuneKeepsTheEpoch(BaseTrainer):
     """Takes epoch and step from the checkpoint on a finetune too."""
 
@@ -27,6 +33,9 @@ class FinetuneKeepsTheEpoch(BaseTrainer):
         return ckpt
 
 
+@mutant_of("check_model_only_restores_weights_only",
+           expect="the ckpt.model_only=true run (with ckpt.resume=true) started at epoch 3, "
+                  "train_step 18")
 class ModelOnlyIgnored(BaseTrainer):
     """Resumes whenever ckpt.resume is set, whatever ckpt.model_only says."""
 
@@ -34,6 +43,9 @@ class ModelOnlyIgnored(BaseTrainer):
         return self.cfg.ckpt.resume
 
 
+@mutant_of("check_finetune_tracks_best_afresh",
+           expect="decided (epoch, improved, stop) [(0, False, True)]; the same scores from "
+                  "scratch [(0, True, False)")
 class FinetuneKeepsBest(BaseTrainer):
     """Carries the checkpoint's best score and patience counter into a finetune."""
 
@@ -43,6 +55,9 @@ class FinetuneKeepsBest(BaseTrainer):
             self._restore_tracking(ckpt)
 
 
+@mutant_of("check_finetune_tracks_best_afresh",
+           expect="decided (epoch, improved, stop) [(0, False, True)]; the same scores from "
+                  "scratch [(0, False, False)")
 class FinetuneKeepsPatience(BaseTrainer):
     """Carries only the checkpoint's patience counter into a finetune; best tracking starts
     fresh, so only a run whose first validation does not improve shows the slip."""

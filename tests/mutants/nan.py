@@ -5,9 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer
 
 
+@mutant_of("check_nonfinite_scores_never_improve",
+           expect="after epoch 1 scored nan and was taken as an improvement")
+@mutant_of("check_nonfinite_runs_match_the_oracle",
+           expect="was taken as an improvement; expected none (scores so far [nan]")
 class NanWinsBest(BaseTrainer):
     """The seed's comparison without its finiteness guard: `not (score <= best)` lets NaN in."""
 
@@ -16,6 +21,12 @@ class NanWinsBest(BaseTrainer):
         return not sign * score <= sign * self.best_score
 
 
+@mutant_of("check_leading_nonfinite_scores_leave_best_clean",
+           expect="after epoch 2 scored 0.1 and was not taken as an improvement; "
+                  "expected an improvement (scores [nan, inf, 0.1,")
+@mutant_of("check_nonfinite_runs_match_the_oracle",
+           expect="was not taken as an improvement; expected an improvement "
+                  "(scores so far [nan, 0.125]")
 class NanPoisonsIncumbent(BaseTrainer):
     """Records a NaN score as the incumbent: no later finite score can beat it."""
 
@@ -26,6 +37,9 @@ class NanPoisonsIncumbent(BaseTrainer):
         return super().save_if_best(score, metrics)
 
 
+@mutant_of("check_nonfinite_score_counts_once_for_patience",
+           expect="validations ran after ['epoch 0', 'epoch 1'], "
+                  "expected ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3']")
 class NanStopsAtOnce(BaseTrainer):
     """Treats a non-finite score as fatal for patience: stops right away."""
 

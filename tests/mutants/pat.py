@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer
 
 
+@mutant_of("check_patience_stops_exactly_on_time",
+           expect="validations ran after ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3'], "
+                  "expected ['epoch 0', 'epoch 1', 'epoch 2']")
 class StopsOneValidationLate(BaseTrainer):
     """Stops when the counter goes below zero instead of reaching it."""
 
@@ -19,6 +23,10 @@ class StopsOneValidationLate(BaseTrainer):
         return self.patience_left < 0
 
 
+@mutant_of("check_improvement_refills_patience",
+           expect="validations ran after ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3'], "
+                  "expected ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3', 'epoch 4', 'epoch 5', "
+                  "'epoch 6']")
 class NeverRefillsPatience(BaseTrainer):
     """Counts non-improvements since the start, not since the last improvement."""
 
@@ -30,6 +38,9 @@ class NeverRefillsPatience(BaseTrainer):
         return stop
 
 
+@mutant_of("check_start_patience_delays_counting",
+           expect="validations ran after ['epoch 0', 'epoch 1'], "
+                  "expected ['epoch 0', 'epoch 1', 'epoch 2']")
 class IgnoresStartPatience(BaseTrainer):
     """Counts non-improvements from the first epoch, whatever val.start_patience says."""
 
@@ -41,6 +52,9 @@ class IgnoresStartPatience(BaseTrainer):
         return self.patience_left <= 0
 
 
+@mutant_of("check_unset_patience_never_stops",
+           expect="(pat-unset-first) "
+                  "the run trained [0, 1, 2, 3] of 4 epochs and stopped after [3]")
 class UnsetPatienceIsNumEpochs(BaseTrainer):
     """The seed's default: unset patience becomes num_epochs, which val.first can exhaust."""
 
@@ -62,6 +76,9 @@ class UnsetPatienceIsNumEpochs(BaseTrainer):
         return self.patience_left <= 0
 
 
+@mutant_of("check_decisions_match_the_oracle",
+           expect="the validation after val.first did not stop the run; "
+                  "expected a stop (patience left 0)")
 class StartPatienceOffByOne(BaseTrainer):
     """Counts from the epoch after val.start_patience (> instead of >=)."""
 

@@ -7,9 +7,14 @@ from typing import Any
 
 import torch
 
+from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer
 
 
+@mutant_of("check_resume_continues_at_the_next_epoch",
+           expect="resumed from last.pt of epoch 1, the run trained epochs [1, 2, 3]")
+@mutant_of("check_resume_continues_under_several_ranks",
+           expect="resumed from epoch 2, rank 0 trained epochs [2, 3]")
 class RepeatsTheCheckpointEpoch(BaseTrainer):
     """Resumes at the checkpoint's epoch instead of the one after it."""
 
@@ -20,6 +25,8 @@ class RepeatsTheCheckpointEpoch(BaseTrainer):
         return ckpt
 
 
+@mutant_of("check_resume_restores_every_registered_item",
+           expect="the optimizer state differs from the uninterrupted run")
 class ForgetsOptimizerState(BaseTrainer):
     """Restores the scheduler but leaves the optimizer at its initial state."""
 
@@ -32,6 +39,11 @@ class ForgetsOptimizerState(BaseTrainer):
                 self.ckpt_items["optimizer"] = optimizer
 
 
+@mutant_of("check_resume_keeps_best_and_patience",
+           expect="the run validated (epoch, improved, stop) [(0, True, False), (1, True, False), "
+                  "(2, True, False)")
+@mutant_of("check_resume_decides_alike_under_several_ranks",
+           expect="(2, False, False), (3, True, False)")
 class ForgetsBestOnResume(BaseTrainer):
     """Saves best tracking in the checkpoint but never reads it back."""
 
@@ -39,6 +51,9 @@ class ForgetsBestOnResume(BaseTrainer):
         return None
 
 
+@mutant_of("check_resume_keeps_best_and_patience",
+           expect="(2, False, False), (3, False, False), (4, False, False), (5, False, True)]; "
+                  "uninterrupted")
 class ForgetsPatienceOnResume(BaseTrainer):
     """Restores the incumbent best but refills the patience counter on resume."""
 
@@ -47,6 +62,9 @@ class ForgetsPatienceOnResume(BaseTrainer):
         self.patience_left = self.cfg.val.patience
 
 
+@mutant_of("check_resume_keeps_best_and_patience",
+           expect="killed at val_after_save of epoch 1 and resumed from epoch 0, "
+                  "the run validated (epoch, improved, stop) [(0, True, False), (1, False, False)")
 class TakesBestScoreFromBestFile(BaseTrainer):
     """On resume, takes the incumbent best score from the best.pt beside the checkpoint: the
     newest best, which is right unless best.pt was written after that checkpoint (a kill
@@ -62,6 +80,8 @@ class TakesBestScoreFromBestFile(BaseTrainer):
             self.best_epoch = saved["best_epoch"]
 
 
+@mutant_of("check_resume_keeps_best_and_patience",
+           expect="killed at val_start of epoch 2 and resumed from epoch 2")
 class CheckpointsBeforeValidation(BaseTrainer):
     """The seed's order: last.pt is written before the epoch's validation, so a crash in
     between resumes past a validation that never happened."""
@@ -77,6 +97,8 @@ class CheckpointsBeforeValidation(BaseTrainer):
         super()._write_epoch_checkpoints()
 
 
+@mutant_of("check_resume_is_bitwise_exact",
+           expect="the final weights differ from the uninterrupted run")
 class ForgetsRngState(BaseTrainer):
     """Saves RNG states but does not restore them: the data order changes after a resume."""
 
@@ -84,6 +106,8 @@ class ForgetsRngState(BaseTrainer):
         return None
 
 
+@mutant_of("check_resume_refuses_state_that_does_not_fit",
+           expect="resuming with another optimizer class (Adam -> SGD) went on silently")
 class SkipsStateThatDoesNotFit(BaseTrainer):
     """The seed's leniency: an item whose state is missing or does not load is left at init."""
 
@@ -101,6 +125,8 @@ class SkipsStateThatDoesNotFit(BaseTrainer):
         return loaded
 
 
+@mutant_of("check_resume_is_bitwise_exact",
+           expect="the final weights match, but at the resume point the numpy RNG state differed")
 class RestoresTorchRngOnly(BaseTrainer):
     """Restores torch's generator but not python's or numpy's."""
 
@@ -110,6 +136,8 @@ class RestoresTorchRngOnly(BaseTrainer):
             torch.set_rng_state(rng[self.rank]["torch"])
 
 
+@mutant_of("check_resume_continues_at_the_next_epoch",
+           expect="the last.pt of epoch 1 says train_step 11, but the run had taken 12")
 class SavesAStaleStepCount(BaseTrainer):
     """Writes last.pt with a step counter one optimizer step behind."""
 

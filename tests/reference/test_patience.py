@@ -1,15 +1,20 @@
-"""PAT: early stopping counts non-improving validations, exactly as the oracle says."""
+"""PAT: early stopping counts non-improving validations, exactly as the oracle says.
+
+The property test compares the reference's decisions with the suite's own oracle
+(``trainspec.conformance.spec.oracle.decide``), itself judged by tests/test_oracle.py against
+tables worked by hand.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.reference.reference_helpers import ScriptedTrainer, make_config
+from trainspec.conformance.spec.oracle import decide, expected_validations
 
 NAN, INF = math.nan, math.inf
 
@@ -66,41 +71,6 @@ def test_unset_patience_never_stops_even_with_val_first(first_score: float) -> N
 # ---------------------------------------------------------------------------- PAT-5: the oracle
 
 
-@dataclass(frozen=True, slots=True)
-class Decisions:
-    improved: list[bool]
-    stop_epoch: int | None
-    best_epoch: int | None
-
-
-def oracle(scores: list[float], *, first_score: float | None, patience: int | None,
-           start_patience: int, minimize: bool) -> Decisions:
-    """The spec's decisions for one validation per epoch (``first_score``: ``val.first``).
-
-    ``val.first`` is counted as a validation at the start epoch (0) for ``start_patience``.
-    """
-    best = INF if minimize else -INF
-    best_epoch: int | None = None
-    left = patience
-    improved: list[bool] = []
-    validations = ([(-1, first_score)] if first_score is not None else [])
-    validations += list(enumerate(scores))
-    for epoch, score in validations:
-        is_better = math.isfinite(score) and (score < best if minimize else score > best)
-        improved.append(is_better)
-        if is_better:
-            best, best_epoch = score, epoch
-        if left is None or patience is None:
-            continue
-        if is_better:
-            left = patience
-        elif max(epoch, 0) >= start_patience:
-            left -= 1
-        if left <= 0:
-            return Decisions(improved, epoch, best_epoch)
-    return Decisions(improved, None, best_epoch)
-
-
 SCORES = st.sampled_from([0.1, 0.2, 0.3, NAN, INF, -INF])  # few values: ties are common
 
 
@@ -117,11 +87,14 @@ def test_improvements_stop_and_best_epoch_match_the_oracle(
         "minimize": minimize})
     trainer = ScriptedTrainer(cfg, scores=scores, first_score=NAN if first is None else first)
     trainer.train()
-    want = oracle(scores, first_score=first, patience=patience,
-                  start_patience=start_patience, minimize=minimize)
+    due = expected_validations(num_epochs=len(scores), every_n_epochs=1, first=first is not None)
+    want = decide(list(zip(due, ([] if first is None else [first]) + scores, strict=True)),
+                  minimize=minimize, patience=patience, start_patience=start_patience,
+                  num_epochs=len(scores))
     stops = [v.epoch for v in trainer.validations if v.stop]
-    assert [v.improved for v in trainer.validations] == want.improved
+    assert [v.improved for v in trainer.validations] == [d.improved for d in want.decisions]
+    assert [v.patience_left for v in trainer.validations] == \
+        [d.patience_left for d in want.decisions]
     assert (stops[0] if stops else None) == want.stop_epoch
     assert trainer.best_epoch == want.best_epoch
-    last_epoch = len(scores) - 1 if want.stop_epoch is None else want.stop_epoch
-    assert trainer.trained_epochs == list(range(last_epoch + 1))
+    assert trainer.trained_epochs == list(want.epochs_trained)
