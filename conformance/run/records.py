@@ -101,7 +101,7 @@ class TrainerState:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigSeen:
-    """Config values as the trainer holds them after set-up (DBG-4, DBG-6): None when the
+    """Config values as the trainer holds them after set-up (DBG-3, DBG-6): None when the
     trainer has no such key."""
 
     wandb_mode: str | None = None
