@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import source_checkpoint, with_load
-from trainspec.conformance.checks.common import describe, make_scenario, weights_diff
+from trainspec.conformance.checks.common import (
+    describe,
+    item_difference,
+    make_scenario,
+    weights_diff,
+)
 from trainspec.conformance.run.scenario import Scenario, Task
-from trainspec.conformance.run.trace import RankTrace, Trace, Weights, first_difference
+from trainspec.conformance.run.trace import RankTrace, Trace, Weights
 
 __all__: list[str] = []
 
@@ -37,8 +42,8 @@ def _saved_weights(source: Trace) -> tuple[Weights | None, str]:
         return r.final_weights, "the source run's last checkpoint, at the run's end"
     which = f"{last.name}, epoch {last.epoch}"
     following = [e for e in r.train_epochs if e.epoch == last.epoch + 1]
-    if following and "weights" in following[0].state:
-        return following[0].state["weights"], which
+    if following:
+        return following[0].state.weights, which
     return r.final_weights, which
 
 
@@ -52,18 +57,16 @@ def _fresh_start(clause: str, ctx: CheckContext, how: str, s: Scenario, source: 
         raise CheckFailed(f"{clause}: the {how} started at epoch {first.epoch}, train_step "
                           f"{first.start_step}; expected epoch 0, step 0 (a new run)")
     saved, which = _saved_weights(source)
-    diff = weights_diff(saved, first.state.get("weights"))
+    diff = weights_diff(saved, first.state.weights)
     if diff is not None:
         raise CheckFailed(f"{clause}: the {how} did not start from the weights of the "
                           f"checkpoint it loaded ({which}): {diff}")
     scratch = ctx.completed(s.replace(name="ft-scratch")).rank0.train_epochs[0]
-    for item in ("optimizer", "scheduler"):
-        if item not in scratch.state:
-            continue
-        diff = first_difference({item: scratch.state[item]}, {item: first.state.get(item, {})})
-        if diff is not None:
-            raise CheckFailed(f"{clause}: the {how} started with a restored {item} state, "
-                              f"not a fresh one ({diff}); a finetune restores weights only")
+    found = item_difference(scratch.state, first.state)
+    if found is not None:
+        item, diff = found
+        raise CheckFailed(f"{clause}: the {how} started with a restored {item} state, "
+                          f"not a fresh one ({diff}); a finetune restores weights only")
 
 
 @check("FT-1", requires={"finetune", "checkpoint"})

@@ -17,11 +17,14 @@ from trainspec.conformance.checks.chains import (
     interrupt_and_resume,
     with_load,
 )
-from trainspec.conformance.checks.common import make_scenario, weights_diff
+from trainspec.conformance.checks.common import item_difference, make_scenario, weights_diff
+from trainspec.conformance.run.records import StatePart
 from trainspec.conformance.run.scenario import CrashPoint, Scenario, Task
 from trainspec.conformance.run.trace import RankTrace, TrainEpoch, first_difference
 
 __all__: list[str] = []
+
+_PARTS: tuple[StatePart, ...] = ("weights", "optimizer", "scheduler", "rng")
 
 # the best epoch (1) lies before every interruption and later scores are worse: a trainer that
 # forgets its incumbent takes a worse epoch as best after the resume; patience 3 stops after 4
@@ -100,15 +103,13 @@ def check_resume_restores_every_registered_item(ctx: CheckContext) -> str:
         ref = _epoch(whole, first.epoch)
         if ref is None:
             continue
-        for item in ("optimizer", "scheduler"):
-            if item not in ref.state:
-                continue
-            diff = first_difference({item: ref.state[item]}, {item: first.state.get(item, {})})
-            if diff is not None:
-                raise CheckFailed(
-                    f"RES-2: {_at(crash)} and resumed at epoch {first.epoch}, the {item} state "
-                    f"differs from the uninterrupted run ({diff}). Restore every registered "
-                    "item's state_dict on resume.")
+        found = item_difference(ref.state, first.state)
+        if found is not None:
+            item, diff = found
+            raise CheckFailed(
+                f"RES-2: {_at(crash)} and resumed at epoch {first.epoch}, the {item} state "
+                f"differs from the uninterrupted run ({diff}). Restore every registered "
+                "item's state_dict on resume.")
     return "optimizer (Adam moments, step) and LR scheduler equal the uninterrupted run's " \
         "at every resume point"
 
@@ -183,8 +184,8 @@ def _lost_state(whole: RankTrace, resumed: RankTrace) -> str | None:
     ref = _epoch(whole, first.epoch)
     if ref is None:
         return None
-    for part in ("weights", "optimizer", "scheduler", "rng"):
-        diff = first_difference({part: ref.state.get(part)}, {part: first.state.get(part)})
+    for part in _PARTS:
+        diff = first_difference({part: ref.state.part(part)}, {part: first.state.part(part)})
         if diff is not None:
             return _STATE_MEANING[part].format(diff.split(":")[0].removeprefix("rng."))
     return None

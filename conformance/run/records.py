@@ -38,6 +38,7 @@ __all__ = [
     "RunError",
     "RunExit",
     "Setup",
+    "StatePart",
     "TestPass",
     "TrainEnd",
     "TrainStart",
@@ -48,6 +49,8 @@ __all__ = [
     "decode",
     "encode",
     "from_json",
+    "from_legacy_event",
+    "kind_of",
     "to_json",
 ]
 
@@ -55,6 +58,7 @@ Weights: TypeAlias = dict[str, torch.Tensor]
 # nested state as torch gives it (an optimizer's state_dict): dicts, lists, tensors, numbers
 Nested: TypeAlias = object
 Phase = Literal["first", "epoch"]
+StatePart = Literal["weights", "optimizer", "scheduler", "rng"]
 
 
 class RecordError(ValueError):
@@ -91,7 +95,7 @@ class TrainerState:
     scheduler: Nested | None = None
     rng: Mapping[str, str] = field(default_factory=dict)
 
-    def part(self, name: Literal["weights", "optimizer", "scheduler", "rng"]) -> Nested | None:
+    def part(self, name: StatePart) -> Nested | None:
         """One part by name, for comparisons that walk the parts in turn."""
         value: Nested | None = getattr(self, name)
         return value
@@ -99,7 +103,7 @@ class TrainerState:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigSeen:
-    """Config values as the trainer holds them after set-up (DBG-4, DBG-6): None when the
+    """Config values as the trainer holds them after set-up (DBG-3, DBG-6): None when the
     trainer has no such key."""
 
     wandb_mode: str | None = None
@@ -163,6 +167,8 @@ class Validation:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TestPass:
     """The test pass ran, on these weights."""
+
+    __test__ = False  # not a pytest test class, though tests import it by its name
 
     weights: Weights
 
@@ -268,9 +274,14 @@ def decode(obj: object) -> object:
     return obj
 
 
+def kind_of(record: Record) -> str:
+    """The record's kind as its JSON line names it (``"train_start"``, ``"val"``, ...)."""
+    return _KIND_OF[type(record)]
+
+
 def to_json(record: Record) -> dict[str, object]:
     """One record as a JSON-able dict tagged with its kind (``"ev"``)."""
-    out: dict[str, object] = {"ev": _KIND_OF[type(record)]}
+    out: dict[str, object] = {"ev": kind_of(record)}
     for f in fields(record):
         out[f.name] = _to_plain(getattr(record, f.name))
     return out
@@ -298,6 +309,29 @@ def from_json(data: object) -> Record:
     reader = _Reader(str(kind), data)
     built = _BUILDERS[cls](reader)
     return built
+
+
+# the event dicts ``RunContext.emit`` took before records, under their old key names; goes
+# with ``emit`` once every producer records
+_LEGACY_KEYS = {"setup": {"train_len_seen": "train_len", "cfg_seen": "config"},
+                "train_end": {"loader_lens": "eval_lens", "loader_batches": "eval_batches"}}
+_LEGACY_CONFIG = {"wandb.mode": "wandb_mode", "save_preds.enable": "save_preds_enable"}
+
+
+def from_legacy_event(event: Mapping[str, object]) -> Record:
+    """The record an old-style event dict stands for (``emit``'s argument).
+
+    Raises:
+        RecordError: as :func:`from_json` does.
+    """
+    data = dict(event)
+    for old, new in _LEGACY_KEYS.get(str(data.get("ev")), {}).items():
+        if old in data and new not in data:
+            data[new] = data.pop(old)
+    config = data.get("config")
+    if data.get("ev") == "setup" and isinstance(config, Mapping):
+        data["config"] = {_LEGACY_CONFIG.get(str(k), str(k)): v for k, v in config.items()}
+    return from_json(data)
 
 
 class _Reader:
