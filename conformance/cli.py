@@ -147,7 +147,8 @@ def _build_parser() -> _Parser:
     explain = sub.add_parser("explain", help="a clause's text, rationale and checks",
                              description="Show a clause's normative text, rationale, what the "
                              "suite observes, and the checks that verify it.")
-    explain.add_argument("clause_id", metavar="ID", help="a clause ID such as RES-3")
+    explain.add_argument("clause_id", metavar="ID",
+                         help="a clause ID such as RES-3, or a sentence ID such as RES-3.2")
     explain.set_defaults(func=_cmd_explain)
 
     matrix = sub.add_parser("matrix", help="check every installed built-in target side by side",
@@ -315,8 +316,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    clause = registry.get(args.clause_id)
+    clause = registry.get(args.clause_id.partition(".")[0])  # "RES-5" of "RES-5.2" too
     from trainspec.conformance.checks import CHECKS
+    from trainspec.conformance.checks.coverage import explain_lines
 
     def para(label: str, text: str) -> str:
         return textwrap.fill(text, width=88, initial_indent=f"{label:<12}",
@@ -328,6 +330,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
              para("Observable:", clause.observable), "", "Checks:"]
     checks = [spec for spec in CHECKS.values() if clause.id in spec.clauses]
     lines += [f"  {spec.name}: {spec.doc}" for spec in checks] or ["  no check yet"]
+    lines += explain_lines(args.clause_id)  # each sentence, its checks and mutants
     print("\n".join(lines))
     return 0
 

@@ -78,6 +78,8 @@ class CheckSpec:
     requires: frozenset[Capability]
     func: CheckFunc
     multi_rank: bool = False
+    # the normative sentences (conformance/spec/sentences.py, e.g. "RES-5.2") it exercises
+    covers: tuple[str, ...] = ()
 
     @property
     def doc(self) -> str:
@@ -87,9 +89,13 @@ class CheckSpec:
 CHECKS: dict[str, CheckSpec] = {}
 
 
-def check(*clauses: str, requires: Iterable[Capability] = (),
-          multi_rank: bool = False) -> Callable[[CheckFunc], CheckFunc]:
-    """Register a check for ``clauses``; its name is the function's name."""
+def check(*clauses: str, requires: Iterable[Capability] = (), multi_rank: bool = False,
+          covers: Iterable[str] = ()) -> Callable[[CheckFunc], CheckFunc]:
+    """Register a check for ``clauses``; its name is the function's name.
+
+    ``covers`` names the sentences it exercises (``"RES-5.2"``), for the coverage map
+    (:mod:`trainspec.conformance.checks.coverage`).
+    """
 
     def register(func: CheckFunc) -> CheckFunc:
         name = func.__name__
@@ -98,7 +104,7 @@ def check(*clauses: str, requires: Iterable[Capability] = (),
         if name in CHECKS:
             raise ValueError(f"{name}: registered twice")
         CHECKS[name] = CheckSpec(name=name, clauses=tuple(clauses), requires=frozenset(requires),
-                                 func=func, multi_rank=multi_rank)
+                                 func=func, multi_rank=multi_rank, covers=tuple(covers))
         return func
 
     return register

@@ -14,7 +14,7 @@ from trainspec.conformance.run.records import FileSnapshot
 __all__: list[str] = []
 
 
-@check("BEST-1")
+@check("BEST-1", covers=("BEST-1.1", "BEST-1.2", "BEST-1.3"))
 def check_best_needs_a_strictly_better_score(ctx: CheckContext) -> str:
     """A tie is no improvement; only strictly better scores, in the configured direction."""
     cases = [
@@ -26,7 +26,7 @@ def check_best_needs_a_strictly_better_score(ctx: CheckContext) -> str:
     return "ties and worse scores were not improvements, maximizing and minimizing"
 
 
-@check("BEST-2")
+@check("BEST-2", covers=("BEST-2.1",))
 def check_best_weights_are_a_copy(ctx: CheckContext) -> str:
     """The best weights are a snapshot: training after the improvement leaves them unchanged."""
     s = make_scenario("best-copy", [0.9, 0.1, 0.2, 0.3])
@@ -49,7 +49,8 @@ def _identity(f: FileSnapshot | None) -> tuple[int, int, int | None] | None:
     return None if f is None else (f.mtime_ns, f.size, f.epoch)
 
 
-@check("BEST-3", requires={"checkpoint"})
+@check("BEST-3", requires={"checkpoint"},
+       covers=("BEST-3.1", "BEST-3.2", "BEST-3.3", "BEST-3.4", "BEST-3.6"))
 def check_best_file_follows_improvements(ctx: CheckContext) -> str:
     """best.pt is written on each improvement and only then, with that epoch's weights."""
     s = make_scenario("best-file", [0.3, 0.5, 0.4, 0.6, 0.6])
@@ -91,7 +92,7 @@ def check_best_file_follows_improvements(ctx: CheckContext) -> str:
     return f"best.pt rewritten at each of {writes} improvements only, with epoch, step, weights"
 
 
-@check("BEST-4", requires={"test_pass"})
+@check("BEST-4", requires={"test_pass"}, covers=("BEST-4.1", "BEST-4.2"))
 def check_test_sees_best_weights(ctx: CheckContext) -> str:
     """The test pass evaluates the best weights, or the final ones when nothing improved."""
     s = make_scenario("best-test", [0.9, 0.1, 0.2])
@@ -112,7 +113,7 @@ def check_test_sees_best_weights(ctx: CheckContext) -> str:
     return "test saw epoch 0's (best) weights; with no improvement, the final weights"
 
 
-@check("BEST-1")
+@check("BEST-1", covers=("BEST-1.1", "BEST-1.2", "BEST-1.3", "LOOP-2.4"))
 def check_best_selection_matches_the_oracle(ctx: CheckContext) -> str:
     """Generated runs with ties: improvement flags and the best weights equal the oracle's."""
     return property_check(ctx, "improvements", "BEST-1", max_examples=ctx.max_examples // 2)

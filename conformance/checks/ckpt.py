@@ -56,7 +56,8 @@ def _content_problem(f: FileRecord) -> str | None:
     return None
 
 
-@check("CKPT-1", requires={"checkpoint"})
+@check("CKPT-1", requires={"checkpoint"},
+       covers=("CKPT-1.1", "CKPT-1.2", "CKPT-1.3", "CKPT-1.4", "CKPT-1.5", "CKPT-1.6"))
 def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
     """last.pt after every epoch, epoch_<e>.pt on the interval, complete and weights-only."""
     # epochs 2 and 4 do not improve: last.pt is written after every epoch, not only when
@@ -99,7 +100,7 @@ def _error_text(r: RankTrace) -> str:
     return f"{r.error}\n{r.detail}"
 
 
-@check("CKPT-4", requires={"checkpoint", "resume"})
+@check("CKPT-4", requires={"checkpoint", "resume"}, covers=("CKPT-4.1", "CKPT-4.3", "CKPT-4.4"))
 def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
     """A missing checkpoint names the locations tried; a corrupt one names the file."""
     base = make_scenario("ckpt-errors", [0.1, 0.2])
@@ -133,7 +134,7 @@ def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
     return "missing path: error names it; truncated file: error names it"
 
 
-@check("CKPT-2", requires={"checkpoint"})
+@check("CKPT-2", requires={"checkpoint"}, covers=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
 def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
     """SIGKILL part-way through a checkpoint write leaves a loadable file at that path."""
     s = make_scenario("ckpt-torn", [0.9, 0.1, 0.1, 0.1])  # epochs 1-3 only write last.pt
@@ -170,7 +171,7 @@ class _RunsCode:
         return (os.mkdir, (self.marker,))
 
 
-@check("CKPT-3", requires={"checkpoint"})
+@check("CKPT-3", requires={"checkpoint"}, covers=("CKPT-3.1", "CKPT-3.2"))
 def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
     """A checkpoint crafted to run code when unpickled never runs it, resume or finetune."""
     root = ctx.harness.new_ckpt_root("ckpt-malicious")
@@ -191,7 +192,7 @@ def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
         "the code never ran"
 
 
-@check("CKPT-5", requires={"checkpoint", "sigterm", "resume"})
+@check("CKPT-5", requires={"checkpoint", "sigterm", "resume"}, covers=("CKPT-5.1", "CKPT-5.4"))
 def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
     """SIGTERM mid-epoch: a checkpoint is written, the process exits, and resuming decides
     as the run that was never interrupted."""

@@ -22,7 +22,7 @@ def _run(ctx: CheckContext, s: Scenario) -> RankTrace:
     return ctx.completed(s).rank0
 
 
-@check("DBG-1", requires={"debug"})
+@check("DBG-1", requires={"debug"}, covers=("DBG-1.1", "DBG-1.2", "DBG-1.3", "DBG-1.4"))
 def check_debug_caps_every_split_at_one_batch(ctx: CheckContext) -> str:
     """Every split yields at most one batch, len() says so, empty stays empty, attrs pass."""
     r = _run(ctx, debug_scenario("dbg-loaders"))
@@ -52,7 +52,7 @@ def check_debug_caps_every_split_at_one_batch(ctx: CheckContext) -> str:
         "passes through"
 
 
-@check("DBG-2", requires={"debug", "eval_only"})
+@check("DBG-2", requires={"debug", "eval_only"}, covers=("DBG-2.1", "DBG-2.2"))
 def check_debug_caps_epochs_at_one(ctx: CheckContext) -> str:
     """Debug trains one epoch; num_epochs=0 stays eval-only."""
     r = _run(ctx, debug_scenario("dbg-epochs", num_epochs=3))
@@ -66,7 +66,7 @@ def check_debug_caps_epochs_at_one(ctx: CheckContext) -> str:
     return "num_epochs=3 trained [0]; num_epochs=0 trained nothing"
 
 
-@check("DBG-3", requires={"debug", "checkpoint"})
+@check("DBG-3", requires={"debug", "checkpoint"}, covers=("DBG-3.1", "DBG-3.2"))
 def check_debug_writes_nothing(ctx: CheckContext) -> str:
     """Debug writes no checkpoint file and turns external logging off."""
     trace = ctx.completed(debug_scenario("dbg-files", num_epochs=2,
@@ -86,7 +86,7 @@ def check_debug_writes_nothing(ctx: CheckContext) -> str:
     return "no file in ckpt.dir and no write, with ckpt.enable and every_n_epochs=1 asked for"
 
 
-@check("DBG-4", requires={"debug", "grad_accum"})
+@check("DBG-4", requires={"debug", "grad_accum"}, covers=("DBG-4.1", "DBG-4.2"))
 def check_debug_still_steps_the_optimizer(ctx: CheckContext) -> str:
     """A debug epoch performs an optimizer step even with grad_accum_steps > 1."""
     r = _run(ctx, debug_scenario("dbg-accum", num_epochs=1, grad_accum_steps=4))
@@ -97,7 +97,7 @@ def check_debug_still_steps_the_optimizer(ctx: CheckContext) -> str:
     return f"grad_accum_steps=4 in debug: {steps} optimizer step(s) in the one-batch epoch"
 
 
-@check("DBG-5", requires={"debug"})
+@check("DBG-5", requires={"debug"}, covers=("DBG-5.1", "DBG-5.2"))
 def check_debug_sizes_schedules_from_full_length(ctx: CheckContext) -> str:
     """Setup sees the full train length, so an LR schedule keeps its real size."""
     r = _run(ctx, debug_scenario("dbg-schedule"))
@@ -109,7 +109,7 @@ def check_debug_sizes_schedules_from_full_length(ctx: CheckContext) -> str:
     return f"setup saw len(train_loader) = {FULL_TRAIN_LEN}, the full length"
 
 
-@check("DBG-6", requires={"debug"})
+@check("DBG-6", requires={"debug"}, covers=("DBG-6.1",))
 def check_debug_disables_prediction_dumps(ctx: CheckContext) -> str:
     """Debug turns prediction dumps off (a truncated dump would be scored as a whole one)."""
     r = _run(ctx, debug_scenario("dbg-preds", **{"save_preds.enable": True}))

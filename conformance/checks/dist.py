@@ -79,7 +79,8 @@ def _stop_epoch(r: RankTrace) -> int | None:
     return next((v.epoch for v in r.validations if v.stop), None)
 
 
-@check("DIST-1", requires={"multi_rank"}, multi_rank=True)
+@check("DIST-1", requires={"multi_rank"}, multi_rank=True,
+       covers=("DIST-1.1", "DIST-1.2", "DIST-1.3"))
 def check_pooled_mean_is_sum_over_counts(ctx: CheckContext) -> str:
     """Every rank sees sum(totals) / sum(counts); NaN only when no rank counted anything."""
     n = ctx.world_size
@@ -100,7 +101,8 @@ def check_pooled_mean_is_sum_over_counts(ctx: CheckContext) -> str:
     return f"on {n} ranks every rank pooled sum(total)/sum(count), NaN when no rank counted"
 
 
-@check("DIST-2", requires={"multi_rank", "early_stopping"}, multi_rank=True)
+@check("DIST-2", requires={"multi_rank", "early_stopping"}, multi_rank=True,
+       covers=("DIST-2.1", "DIST-2.2"))
 def check_ranks_stop_together(ctx: CheckContext) -> str:
     """Every rank stops at the same epoch and every rank's run ends."""
     n = ctx.world_size
@@ -120,7 +122,7 @@ def check_ranks_stop_together(ctx: CheckContext) -> str:
     return f"all {n} ranks stopped after epoch {stops[0]} and ended"
 
 
-@check("DIST-3", requires={"multi_rank"}, multi_rank=True)
+@check("DIST-3", requires={"multi_rank"}, multi_rank=True, covers=("DIST-3.1", "DIST-3.2"))
 def check_ranks_agree_on_best(ctx: CheckContext) -> str:
     """Every rank agrees on each improvement and the best epoch, and holds the same weights.
 
@@ -151,7 +153,8 @@ def check_ranks_agree_on_best(ctx: CheckContext) -> str:
     return f"{n} ranks agreed on improvements at {best} and held identical best weights"
 
 
-@check("DIST-4", requires={"multi_rank", "checkpoint"}, multi_rank=True)
+@check("DIST-4", requires={"multi_rank", "checkpoint"}, multi_rank=True,
+       covers=("DIST-4.1", "DIST-4.2"))
 def check_only_rank_zero_writes(ctx: CheckContext) -> str:
     """Only rank 0 writes files, and each is complete before any rank starts the next epoch."""
     n = ctx.world_size
@@ -173,7 +176,7 @@ def check_only_rank_zero_writes(ctx: CheckContext) -> str:
     return f"only rank 0 wrote; with 0.3 s writes no rank of {n} started an epoch early"
 
 
-@check("DIST-6", requires={"multi_rank"}, multi_rank=True)
+@check("DIST-6", requires={"multi_rank"}, multi_rank=True, covers=("DIST-6.1",))
 def check_ranks_decide_as_one_rank(ctx: CheckContext) -> str:
     """Decisions on N ranks equal those on 1 rank over the same global data."""
     n = ctx.world_size
@@ -207,7 +210,8 @@ def _res_scenario(n: int) -> Scenario:
         .with_config(**{"num_epochs": 5, "val.patience": 3, "ddp.timeout_s": 20.0})
 
 
-@check("RES-1", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True)
+@check("RES-1", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True,
+       covers=("RES-1.1", "RES-1.3"))
 def check_resume_continues_under_several_ranks(ctx: CheckContext) -> str:
     """Killed and resumed on N ranks, every rank continues at k+1."""
     n = ctx.world_size
@@ -222,7 +226,8 @@ def check_resume_continues_under_several_ranks(ctx: CheckContext) -> str:
     return f"on {n} ranks: every rank resumed at epoch {k + 1}"
 
 
-@check("RES-3", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True)
+@check("RES-3", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True,
+       covers=("RES-3.1", "RES-3.2", "RES-3.3"))
 def check_resume_decides_alike_under_several_ranks(ctx: CheckContext) -> str:
     """Killed and resumed on N ranks, every rank decides as the uninterrupted run."""
     n = ctx.world_size
@@ -246,7 +251,7 @@ def _debug_trace(ctx: CheckContext) -> Trace:
     return ctx.completed(s)
 
 
-@check("DBG-1", requires={"multi_rank", "debug"}, multi_rank=True)
+@check("DBG-1", requires={"multi_rank", "debug"}, multi_rank=True, covers=("DBG-1.1", "DBG-1.2"))
 def check_debug_truncates_under_several_ranks(ctx: CheckContext) -> str:
     """Debug on N ranks: one batch per split on every rank."""
     for r in _debug_trace(ctx).ranks:
@@ -258,7 +263,8 @@ def check_debug_truncates_under_several_ranks(ctx: CheckContext) -> str:
     return f"debug on {ctx.world_size} ranks: one batch and len() 1 on every rank"
 
 
-@check("DBG-4", requires={"multi_rank", "debug", "grad_accum"}, multi_rank=True)
+@check("DBG-4", requires={"multi_rank", "debug", "grad_accum"}, multi_rank=True,
+       covers=("DBG-4.1", "DBG-4.2"))
 def check_debug_steps_under_several_ranks(ctx: CheckContext) -> str:
     """Debug on N ranks with grad_accum_steps=4: every rank takes an optimizer step."""
     for r in _debug_trace(ctx).ranks:
@@ -297,14 +303,16 @@ def _disagreement(clause: str, trace: Trace, what: str,
                           detail)
 
 
-@check("DIST-2", requires={"multi_rank", "early_stopping"}, multi_rank=True)
+@check("DIST-2", requires={"multi_rank", "early_stopping"}, multi_rank=True,
+       covers=("DIST-2.1", "DIST-2.2"))
 def check_ranks_stop_together_on_rank_local_scores(ctx: CheckContext) -> str:
     """Handed scores that differ by rank (unpooled), every rank still stops alike."""
     _disagreement("DIST-2", _local_trace(ctx), "stop", lambda v: (v.epoch, v.stop))
     return f"handed rank-local scores, all {ctx.world_size} ranks took one stop verdict"
 
 
-@check("DIST-3", requires={"multi_rank"}, multi_rank=True)
+@check("DIST-3", requires={"multi_rank"}, multi_rank=True,
+       covers=("DIST-3.1", "DIST-3.2", "DIST-3.3"))
 def check_ranks_agree_on_best_on_rank_local_scores(ctx: CheckContext) -> str:
     """Handed scores that differ by rank (unpooled), every rank agrees on the best."""
     trace = _local_trace(ctx)
@@ -318,7 +326,7 @@ def check_ranks_agree_on_best_on_rank_local_scores(ctx: CheckContext) -> str:
     return f"handed rank-local scores, all {ctx.world_size} ranks agreed on each improvement"
 
 
-@check("DIST-5", requires={"multi_rank"}, multi_rank=True)
+@check("DIST-5", requires={"multi_rank"}, multi_rank=True, covers=("DIST-5.1",))
 def check_a_lost_rank_fails_every_rank_in_time(ctx: CheckContext) -> str:
     """A rank that dies or stalls surfaces as an error on every other rank within the bound."""
     n = ctx.world_size

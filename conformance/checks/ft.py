@@ -69,7 +69,8 @@ def _fresh_start(clause: str, ctx: CheckContext, how: str, s: Scenario, source: 
                           f"not a fresh one ({diff}); a finetune restores weights only")
 
 
-@check("FT-1", requires={"finetune", "checkpoint"})
+@check("FT-1", requires={"finetune", "checkpoint"},
+       covers=("FT-1.1", "FT-1.2", "FT-1.3", "LOOP-1.2"))
 def check_finetune_starts_a_new_run(ctx: CheckContext) -> str:
     """ckpt.resume=false loads the weights and starts at epoch 0, step 0, fresh optimizer."""
     source, path = _source(ctx, "FT-1")
@@ -79,7 +80,7 @@ def check_finetune_starts_a_new_run(ctx: CheckContext) -> str:
     return "epoch 0, step 0, the checkpoint's weights, optimizer and scheduler as from scratch"
 
 
-@check("FT-2", requires={"finetune", "resume", "checkpoint"})
+@check("FT-2", requires={"finetune", "resume", "checkpoint"}, covers=("FT-2.1",))
 def check_model_only_restores_weights_only(ctx: CheckContext) -> str:
     """ckpt.model_only=true restores the weights and nothing else, even with ckpt.resume."""
     source, path = _source(ctx, "FT-2")
@@ -89,7 +90,7 @@ def check_model_only_restores_weights_only(ctx: CheckContext) -> str:
     return "with resume=true and model_only=true: epoch 0, step 0, fresh optimizer/scheduler"
 
 
-@check("FT-3", requires={"finetune", "checkpoint"})
+@check("FT-3", requires={"finetune", "checkpoint"}, covers=("FT-3.1",))
 def check_finetune_accepts_a_new_optimizer(ctx: CheckContext) -> str:
     """A finetune works when optimizer or scheduler no longer match the checkpoint's."""
     _, path = _source(ctx, "FT-3")
@@ -103,7 +104,7 @@ def check_finetune_accepts_a_new_optimizer(ctx: CheckContext) -> str:
     return "SGD with two param groups and an extra scheduler finetuned from an Adam checkpoint"
 
 
-@check("FT-4", requires={"finetune", "checkpoint", "early_stopping"})
+@check("FT-4", requires={"finetune", "checkpoint", "early_stopping"}, covers=("FT-4.1", "FT-4.2"))
 def check_finetune_tracks_best_afresh(ctx: CheckContext) -> str:
     """A finetune's best tracking and patience start fresh, not from the checkpoint's: it
     decides exactly as the same scores do in a run from scratch.

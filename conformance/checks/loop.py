@@ -10,7 +10,7 @@ from trainspec.conformance.run.scenario import CrashPoint
 __all__: list[str] = []
 
 
-@check("LOOP-1")
+@check("LOOP-1", covers=("LOOP-1.1", "LOOP-1.2"))
 def check_loop_trains_each_epoch_once_in_order(ctx: CheckContext) -> str:
     """Epochs 0..num_epochs-1 run in order, once each, with a step counter that only grows."""
     s = make_scenario("loop-4-epochs", [0.1, 0.2, 0.3, 0.4])
@@ -27,7 +27,7 @@ def check_loop_trains_each_epoch_once_in_order(ctx: CheckContext) -> str:
     return "num_epochs=4 trained epochs [0, 1, 2, 3] once each, train_step continuous"
 
 
-@check("LOOP-2")
+@check("LOOP-2", covers=("LOOP-2.1", "LOOP-2.2", "LOOP-2.3", "LOOP-2.6"))
 def check_loop_validates_on_schedule(ctx: CheckContext) -> str:
     """Validation follows every_n_epochs, always runs after the final epoch, and val.first:
     each part judged where the target declares it (val_every_n, val_first)."""
@@ -57,7 +57,7 @@ def check_loop_validates_on_schedule(ctx: CheckContext) -> str:
     return "validated after " + "; ".join(seen)
 
 
-@check("LOOP-3", requires={"eval_only", "val_first", "test_pass"})
+@check("LOOP-3", requires={"eval_only", "val_first", "test_pass"}, covers=("LOOP-3.1", "LOOP-3.2"))
 def check_loop_zero_epochs_is_eval_only(ctx: CheckContext) -> str:
     """num_epochs=0 trains nothing, yet val.first and the test pass still run."""
     s = make_scenario("loop-eval-only", [], first=0.5, cfg={"num_epochs": 0})
@@ -77,7 +77,8 @@ def check_loop_zero_epochs_is_eval_only(ctx: CheckContext) -> str:
     return "num_epochs=0: no training step, val.first ran, test ran once"
 
 
-@check("LOOP-4", requires={"test_pass", "early_stopping"})
+@check("LOOP-4", requires={"test_pass", "early_stopping"},
+       covers=("LOOP-4.1", "LOOP-4.2", "LOOP-4.4"))
 def check_loop_tests_once_after_the_loop(ctx: CheckContext) -> str:
     """The test pass runs once after the loop, after exhaustion or early stop; never if off."""
     cases = {

@@ -10,7 +10,7 @@ __all__: list[str] = []
 NAN, INF = float("nan"), float("inf")
 
 
-@check("NAN-1")
+@check("NAN-1", covers=("NAN-1.1",))
 def check_nonfinite_scores_never_improve(ctx: CheckContext) -> str:
     """NaN, +inf and -inf are never improvements, maximizing or minimizing."""
     cases = [
@@ -28,7 +28,7 @@ def check_nonfinite_scores_never_improve(ctx: CheckContext) -> str:
     return "nan, inf and -inf were never improvements in either direction; best stayed epoch 0"
 
 
-@check("NAN-2")
+@check("NAN-2", covers=("NAN-2.1",))
 def check_leading_nonfinite_scores_leave_best_clean(ctx: CheckContext) -> str:
     """Non-finite scores before the first finite one do not poison the incumbent."""
     cases = [
@@ -46,7 +46,7 @@ def check_leading_nonfinite_scores_leave_best_clean(ctx: CheckContext) -> str:
     return "the first finite score (epoch 2) improved after leading nan/inf, both directions"
 
 
-@check("NAN-3", requires={"early_stopping"})
+@check("NAN-3", requires={"early_stopping"}, covers=("NAN-3.1", "NAN-3.2", "NAN-3.3", "NAN-3.4"))
 def check_nonfinite_score_counts_once_for_patience(ctx: CheckContext) -> str:
     """A non-finite score is one non-improving validation: no crash, refill or instant stop."""
     cases = [
@@ -65,7 +65,7 @@ def check_nonfinite_score_counts_once_for_patience(ctx: CheckContext) -> str:
         "the oracle says"
 
 
-@check("NAN-1", "NAN-2")
+@check("NAN-1", "NAN-2", covers=("NAN-1.1", "NAN-2.1"))
 def check_nonfinite_runs_match_the_oracle(ctx: CheckContext) -> str:
     """Generated runs opening with NaN/inf: improvements and best weights equal the oracle's."""
     return property_check(ctx, "nonfinite", "NAN-2", max_examples=ctx.max_examples // 2)

@@ -8,7 +8,8 @@ from trainspec.conformance.checks.common import make_scenario, match_decisions
 __all__: list[str] = []
 
 
-@check("PAT-1", requires={"early_stopping"})
+@check("PAT-1", requires={"early_stopping"},
+       covers=("PAT-1.1", "PAT-1.2", "PAT-1.3", "PAT-1.4", "LOOP-2.5"))
 def check_patience_stops_exactly_on_time(ctx: CheckContext) -> str:
     """The run stops right after the p-th consecutive counted non-improvement."""
     cases = [
@@ -27,7 +28,7 @@ def check_patience_stops_exactly_on_time(ctx: CheckContext) -> str:
     return f"stopped after epochs {', '.join(stops)}, as p consecutive non-improvements dictate"
 
 
-@check("PAT-2", requires={"early_stopping"})
+@check("PAT-2", requires={"early_stopping"}, covers=("PAT-2.1",))
 def check_improvement_refills_patience(ctx: CheckContext) -> str:
     """An improvement refills the counter to p."""
     s = make_scenario("pat-refill", [0.5, 0.4, 0.6, 0.5, 0.7, 0.6, 0.5, 0.4],
@@ -37,7 +38,7 @@ def check_improvement_refills_patience(ctx: CheckContext) -> str:
         f"{outcome.stop_epoch}"
 
 
-@check("PAT-3", requires={"early_stopping", "start_patience"})
+@check("PAT-3", requires={"early_stopping", "start_patience"}, covers=("PAT-3.1",))
 def check_start_patience_delays_counting(ctx: CheckContext) -> str:
     """Non-improvements at epochs below val.start_patience are not counted."""
     s = make_scenario("pat-start", [0.5, 0.4, 0.3, 0.2, 0.1],
@@ -46,7 +47,7 @@ def check_start_patience_delays_counting(ctx: CheckContext) -> str:
     return f"with start_patience=2, patience=1 the run stopped after epoch {outcome.stop_epoch}"
 
 
-@check("PAT-4", requires={"val_first"})
+@check("PAT-4", requires={"val_first"}, covers=("PAT-4.1", "PAT-4.2", "PAT-4.3"))
 def check_unset_patience_never_stops(ctx: CheckContext) -> str:
     """With val.patience unset the run never stops early, with val.first too."""
     cases = [
@@ -64,7 +65,7 @@ def check_unset_patience_never_stops(ctx: CheckContext) -> str:
     return "no early stop with patience unset, with and without val.first, scores always worse"
 
 
-@check("PAT-5")
+@check("PAT-5", covers=("PAT-5.1", "PAT-1.4", "PAT-3.3", "LOOP-2.4", "LOOP-2.5"))
 def check_decisions_match_the_oracle(ctx: CheckContext) -> str:
     """Improvement flags, stop epoch and best epoch equal the oracle's, for generated runs."""
     return property_check(ctx, "decisions", "PAT-5", max_examples=ctx.max_examples)

@@ -57,7 +57,8 @@ def _epoch(r: RankTrace, epoch: int) -> TrainEpoch | None:
     return next((e for e in r.train_epochs if e.epoch == epoch), None)
 
 
-@check("RES-1", requires={"resume", "checkpoint"})
+@check("RES-1", requires={"resume", "checkpoint"},
+       covers=("RES-1.1", "RES-1.2", "RES-1.3", "LOOP-1.3"))
 def check_resume_continues_at_the_next_epoch(ctx: CheckContext) -> str:
     """A resume from epoch k's checkpoint trains k+1.. with the saved step; none repeated.
 
@@ -91,7 +92,7 @@ def check_resume_continues_at_the_next_epoch(ctx: CheckContext) -> str:
     return f"resumed at k+1 with the saved step after {len(CRASHES)} kills; no epoch repeated"
 
 
-@check("RES-2", requires={"resume", "checkpoint"})
+@check("RES-2", requires={"resume", "checkpoint"}, covers=("RES-2.1",))
 def check_resume_restores_every_registered_item(ctx: CheckContext) -> str:
     """Optimizer and scheduler state at the resume point equal the uninterrupted run's."""
     whole = ctx.completed(res_scenario()).rank0
@@ -114,7 +115,8 @@ def check_resume_restores_every_registered_item(ctx: CheckContext) -> str:
         "at every resume point"
 
 
-@check("RES-3", requires={"resume", "checkpoint", "early_stopping"})
+@check("RES-3", requires={"resume", "checkpoint", "early_stopping"},
+       covers=("RES-3.1", "RES-3.2", "RES-3.3", "RES-3.4", "RES-3.5", "RES-3.6"))
 def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
     """Interrupted-and-resumed runs decide, select and write best.pt as the uninterrupted one."""
     s = res_scenario()
@@ -152,7 +154,8 @@ _STATE_MEANING = {
 }
 
 
-@check("RES-4", requires={"resume", "checkpoint", "rng_state"})
+@check("RES-4", requires={"resume", "checkpoint", "rng_state"},
+       covers=("RES-4.1", "RES-4.2", "RES-4.3"))
 def check_resume_is_bitwise_exact(ctx: CheckContext) -> str:
     """On CPU, crash + resume ends with weights bitwise equal to the uninterrupted run."""
     s = make_scenario("res-exact", [0.1, 0.2, 0.3, 0.4], task=Task(shuffle=True))
@@ -191,7 +194,7 @@ def _lost_state(whole: RankTrace, resumed: RankTrace) -> str | None:
     return None
 
 
-@check("RES-5", requires={"resume", "checkpoint"})
+@check("RES-5", requires={"resume", "checkpoint"}, covers=("RES-5.1", "RES-5.2", "RES-5.3"))
 def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
     """Resuming into another optimizer or an extra scheduler raises, naming item and way out."""
     from trainspec.conformance.checks.chains import source_checkpoint

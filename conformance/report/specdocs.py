@@ -119,6 +119,8 @@ def render_family(family: Family, checks: Checks | None = None, *,
 
 def _render_clause(clause: Clause, check_names: Sequence[str],
                    matrix: Matrix | None) -> list[str]:
+    from trainspec.conformance.checks.coverage import clause_markdown
+
     checked_by = ", ".join(f"`{name}`" for name in check_names) or _NO_CHECK
     frameworks = [] if matrix is None or not matrix.targets else [
         f"**Frameworks** (trainspec {matrix.trainspec} matrix): "
@@ -137,6 +139,7 @@ def _render_clause(clause: Clause, check_names: Sequence[str],
         "",
         f"**Checked by:** {checked_by}",
         "",
+        *clause_markdown(clause.id),  # each sentence with its checks and mutants
         *frameworks,
     ]
 
@@ -153,6 +156,8 @@ def render_index(*, matrix: Matrix | None = None) -> str:
 
     With a ``matrix`` the clause table gets a column per framework, with its verdict.
     """
+    from trainspec.conformance.checks.coverage import summary_markdown
+
     lines = [
         "# The trainspec specification",
         "",
@@ -163,6 +168,7 @@ def render_index(*, matrix: Matrix | None = None) -> str:
         "when every MUST clause is `pass` or a declared `deviation`; SHOULD clauses are "
         "reported but do not decide conformance.",
         "",
+        *summary_markdown(),  # the registry text is normative; the sentences and their counts
         "Clause IDs are permanent: reports, deviation files and `trainspec check --clauses` "
         "key on them. A clause may be sharpened or split (`RES-3a`), never dropped or "
         "renumbered.",

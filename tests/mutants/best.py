@@ -13,9 +13,11 @@ from trainspec.reference import BaseTrainer
 
 @mutant_of("check_best_needs_a_strictly_better_score",
            expect="after epoch 1 scored 0.5 and was taken as an improvement; "
-                  "expected none (scores [0.5, 0.5,")
+                  "expected none (scores [0.5, 0.5,",
+           proves=("BEST-1.3",))
 @mutant_of("check_best_selection_matches_the_oracle",
-           expect="was taken as an improvement; expected none (scores so far [0.125, 0.125]")
+           expect="was taken as an improvement; expected none (scores so far [0.125, 0.125]",
+           proves=("BEST-1.3",))
 class TieCountsAsImprovement(BaseTrainer):
     """Compares with >= (<= when minimizing): a tie replaces the best."""
 
@@ -26,7 +28,8 @@ class TieCountsAsImprovement(BaseTrainer):
 
 
 @mutant_of("check_best_weights_are_a_copy",
-           expect="they equal the final weights: the best model aliases the live parameters")
+           expect="they equal the final weights: the best model aliases the live parameters",
+           proves=("BEST-2.1",))
 class BestModelAliasesWeights(BaseTrainer):
     """Keeps the state_dict itself, whose tensors share storage with the live parameters."""
 
@@ -35,7 +38,8 @@ class BestModelAliasesWeights(BaseTrainer):
 
 
 @mutant_of("check_best_file_follows_improvements",
-           expect="epoch 2 did not improve but best.pt was rewritten")
+           expect="epoch 2 did not improve but best.pt was rewritten",
+           proves=("BEST-3.2",))
 class WritesBestEveryValidation(BaseTrainer):
     """Rewrites best.pt after every validation, improved or not."""
 
@@ -47,7 +51,8 @@ class WritesBestEveryValidation(BaseTrainer):
 
 
 @mutant_of("check_test_sees_best_weights",
-           expect="the test pass saw other weights than those of epoch 0, the best")
+           expect="the test pass saw other weights than those of epoch 0, the best",
+           proves=("BEST-4.1",))
 class KeepsLastAsBest(BaseTrainer):
     """nanoGPT's default: the latest weights become the best model at every validation."""
 

@@ -17,7 +17,8 @@ from trainspec.reference import BaseTrainer, find_checkpoint
 
 
 @mutant_of("check_checkpoint_files_and_contents",
-           expect="the run wrote ['epoch_1.pt', 'epoch_3.pt']")
+           expect="the run wrote ['epoch_1.pt', 'epoch_3.pt']",
+           proves=("CKPT-1.3",))
 class EpochCheckpointsOffByOne(BaseTrainer):
     """Writes epoch_<e>.pt when (e + 1) % every_n_epochs == 0."""
 
@@ -32,7 +33,8 @@ class EpochCheckpointsOffByOne(BaseTrainer):
 
 
 @mutant_of("check_checkpoint_files_and_contents",
-           expect="when epoch 1 started, last.pt said epoch None; expected 0")
+           expect="when epoch 1 started, last.pt said epoch None; expected 0",
+           proves=("CKPT-1.1",))
 class LastCheckpointOnlyAtTheEnd(BaseTrainer):
     """Writes last.pt after the final epoch only."""
 
@@ -42,7 +44,8 @@ class LastCheckpointOnlyAtTheEnd(BaseTrainer):
 
 
 @mutant_of("check_checkpoint_files_and_contents",
-           expect="when epoch 3 started, last.pt said epoch 1; expected 2")
+           expect="when epoch 3 started, last.pt said epoch 1; expected 2",
+           proves=("CKPT-1.1",))
 class LastCheckpointOnlyOnImprovement(BaseTrainer):
     """Writes last.pt only after an epoch that improved (the save sits under the best-model
     branch), so a run's last.pt lags behind after every non-improvement."""
@@ -52,7 +55,8 @@ class LastCheckpointOnlyOnImprovement(BaseTrainer):
             super()._write_epoch_checkpoints()
 
 
-@mutant_of("check_checkpoint_files_and_contents", expect="best.pt lacks optimizer_state_dict")
+@mutant_of("check_checkpoint_files_and_contents", expect="best.pt lacks optimizer_state_dict",
+           proves=("CKPT-1.5",))
 class CheckpointOmitsTheOptimizer(BaseTrainer):
     """Saves the model but not the other registered items."""
 
@@ -66,7 +70,8 @@ class CheckpointOmitsTheOptimizer(BaseTrainer):
 
 
 @mutant_of("check_checkpoint_errors_name_the_file",
-           expect="(no such file) did not raise; the run trained [0, 1] from scratch")
+           expect="(no such file) did not raise; the run trained [0, 1] from scratch",
+           proves=("CKPT-4.4",))
 class MissingCheckpointStartsFresh(BaseTrainer):
     """Treats a missing or unreadable checkpoint as no checkpoint at all."""
 
@@ -80,7 +85,8 @@ class MissingCheckpointStartsFresh(BaseTrainer):
 
 @mutant_of("check_checkpoint_errors_name_the_file",
            expect="raised without naming the path tried: "
-                  "RuntimeError: could not load the checkpoint")
+                  "RuntimeError: could not load the checkpoint",
+           proves=("CKPT-4.1",))
 class VagueCheckpointErrors(BaseTrainer):
     """Fails on a bad checkpoint without saying which file."""
 
@@ -91,7 +97,8 @@ class VagueCheckpointErrors(BaseTrainer):
             raise RuntimeError("could not load the checkpoint") from None
 
 
-@mutant_of("check_interrupted_write_keeps_the_previous_file", expect="last.pt no longer loads")
+@mutant_of("check_interrupted_write_keeps_the_previous_file", expect="last.pt no longer loads",
+           proves=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
 class WritesCheckpointsInPlace(BaseTrainer):
     """torch.save straight over the old file: a crash mid-write leaves it torn."""
 
@@ -99,7 +106,8 @@ class WritesCheckpointsInPlace(BaseTrainer):
         torch.save(state, path)
 
 
-@mutant_of("check_loading_never_runs_embedded_code", expect="executed code embedded in it")
+@mutant_of("check_loading_never_runs_embedded_code", expect="executed code embedded in it",
+           proves=("CKPT-3.1", "CKPT-3.2"))
 class UnsafeCheckpointLoad(BaseTrainer):
     """Loads checkpoints with a full unpickler (weights_only=False), as the seed did."""
 
@@ -117,7 +125,8 @@ class UnsafeCheckpointLoad(BaseTrainer):
 
 
 @mutant_of("check_sigterm_leaves_a_resumable_checkpoint",
-           expect="the process ended (killed: killed by SIGTERM) without writing a checkpoint")
+           expect="the process ended (killed: killed by SIGTERM) without writing a checkpoint",
+           proves=("CKPT-5.1",))
 class IgnoresSigterm(BaseTrainer):
     """Installs no SIGTERM handler: a preemption kills the run wherever it is."""
 
@@ -128,7 +137,8 @@ class IgnoresSigterm(BaseTrainer):
 
 
 @mutant_of("check_sigterm_leaves_a_resumable_checkpoint",
-           expect="the process ended (exited: exited with status 143) without writing a checkpoint")
+           expect="the process ended (exited: exited with status 143) without writing a checkpoint",
+           proves=("CKPT-5.1",))
 class SigtermWithoutCheckpoint(BaseTrainer):
     """Exits at once on SIGTERM, saving nothing."""
 

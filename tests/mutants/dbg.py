@@ -30,7 +30,8 @@ class _AlwaysOneBatch:
 
 
 @mutant_of("check_debug_caps_every_split_at_one_batch",
-           expect="eval_loader has len() 1 and yielded 0 batches")
+           expect="eval_loader has len() 1 and yielded 0 batches",
+           proves=("DBG-1.2", "DBG-1.3"))
 class DebugLoaderLiesAboutLength(BaseTrainer):
     """Truncates with a loader that reports len() 1 for an empty split."""
 
@@ -55,14 +56,16 @@ def _debug_config(**changes: Any) -> type[TrainConfig]:
 
 
 @mutant_of("check_debug_caps_epochs_at_one",
-           expect="num_epochs=3 trained epochs [0, 1, 2], expected [0]")
+           expect="num_epochs=3 trained epochs [0, 1, 2], expected [0]",
+           proves=("DBG-2.1",))
 class DebugKeepsAllEpochs(BaseTrainer):
     """Debug does not cap num_epochs."""
 
     config_type = _debug_config(num_epochs=lambda c: c.num_epochs)
 
 
-@mutant_of("check_debug_writes_nothing", expect="debug mode left 4 file(s) in ckpt.dir")
+@mutant_of("check_debug_writes_nothing", expect="debug mode left 4 file(s) in ckpt.dir",
+           proves=("DBG-3.1",))
 class DebugWritesCheckpoints(BaseTrainer):
     """Debug leaves checkpointing on."""
 
@@ -70,16 +73,19 @@ class DebugWritesCheckpoints(BaseTrainer):
 
 
 @mutant_of("check_debug_still_steps_the_optimizer",
-           expect="grad_accum_steps=4 took 0 optimizer steps")
+           expect="grad_accum_steps=4 took 0 optimizer steps",
+           proves=("DBG-4.1", "DBG-4.2"))
 @mutant_of("check_debug_steps_under_several_ranks",
-           expect="with grad_accum_steps=4, rank 0 took no optimizer step")
+           expect="with grad_accum_steps=4, rank 0 took no optimizer step",
+           proves=("DBG-4.1", "DBG-4.2"))
 class DebugKeepsGradAccum(BaseTrainer):
     """Debug keeps grad_accum_steps, so the single batch never reaches an optimizer step."""
 
     config_type = _debug_config(grad_accum_steps=lambda c: c.grad_accum_steps)
 
 
-@mutant_of("check_debug_disables_prediction_dumps", expect="debug mode left save_preds.enable=True")
+@mutant_of("check_debug_disables_prediction_dumps", expect="debug mode left save_preds.enable=True",
+           proves=("DBG-6.1",))
 class DebugKeepsPredictionDumps(BaseTrainer):
     """Debug leaves save_preds.enable as the user set it."""
 
@@ -87,7 +93,8 @@ class DebugKeepsPredictionDumps(BaseTrainer):
 
 
 @mutant_of("check_debug_sizes_schedules_from_full_length",
-           expect="setup saw len(train_loader) = 1, expected the full 6")
+           expect="setup saw len(train_loader) = 1, expected the full 6",
+           proves=("DBG-5.1", "DBG-5.2"))
 class DebugTruncatesInSetup(BaseTrainer):
     """Truncates each loader as setup assigns it, so setup sizes schedules from one batch."""
 
@@ -102,7 +109,8 @@ class DebugTruncatesInSetup(BaseTrainer):
 
 
 @mutant_of("check_debug_truncates_under_several_ranks",
-           expect="rank 0 trained 3 batches with len() 3")
+           expect="rank 0 trained 3 batches with len() 3",
+           proves=("DBG-1.1", "DBG-1.2"))
 class DebugDoesNotTruncate(BaseTrainer):
     """Debug mode leaves the loaders whole."""
 

@@ -15,10 +15,12 @@ from trainspec.reference.distributed import ProcessGroup
 
 
 @mutant_of("check_pooled_mean_is_sum_over_counts",
-           expect="pooled 1.66667 from the (total, count) shards [(3.0, 1.0), (1.0, 3.0)]")
+           expect="pooled 1.66667 from the (total, count) shards [(3.0, 1.0), (1.0, 3.0)]",
+           proves=("DIST-1.1",))
 @mutant_of("check_ranks_decide_as_one_rank",
            expect="scored through reduce_mean, rank 0 of 2 decided (epoch, improved, stop) "
-                  "[(0, True, False), (1, False, False)")
+                  "[(0, True, False), (1, False, False)",
+           proves=("DIST-6.1",))
 class MeanOfRankMeans(BaseTrainer):
     """Averages each rank's local mean: wrong whenever ranks count different numbers."""
 
@@ -28,7 +30,8 @@ class MeanOfRankMeans(BaseTrainer):
         return summed / self.world_size if count or summed else math.nan
 
 
-@mutant_of("check_ranks_stop_together", expect="the ranks stopped after epochs {0: 1, 1: None}")
+@mutant_of("check_ranks_stop_together", expect="the ranks stopped after epochs {0: 1, 1: None}",
+           proves=("DIST-2.1",))
 class StopVerdictOnRankZeroOnly(BaseTrainer):
     """Early stopping decided on rank 0 alone: the other ranks train on into a dead world."""
 
@@ -43,7 +46,8 @@ class StopVerdictOnRankZeroOnly(BaseTrainer):
 
 
 @mutant_of("check_ranks_agree_on_best",
-           expect="rank 1 holds other best weights than rank 0: observed no weights")
+           expect="rank 1 holds other best weights than rank 0: observed no weights",
+           proves=("DIST-3.2",))
 class BestWeightsOnRankZeroOnly(BaseTrainer):
     """Keeps best weights on rank 0 only; the other ranks test their final weights."""
 
@@ -54,7 +58,7 @@ class BestWeightsOnRankZeroOnly(BaseTrainer):
         return improved
 
 
-@mutant_of("check_only_rank_zero_writes", expect="rank 1 wrote ")
+@mutant_of("check_only_rank_zero_writes", expect="rank 1 wrote ", proves=("DIST-4.1",))
 class EveryRankWritesCheckpoints(BaseTrainer):
     """Forgets the rank guard: every rank writes every checkpoint file."""
 
@@ -68,7 +72,8 @@ class EveryRankWritesCheckpoints(BaseTrainer):
 
 
 @mutant_of("check_only_rank_zero_writes",
-           expect="while last.pt still said epoch None: the file of epoch 0 was not complete")
+           expect="while last.pt still said epoch None: the file of epoch 0 was not complete",
+           proves=("DIST-4.2",))
 class WritesCheckpointsInBackground(BaseTrainer):
     """Writes checkpoints on a thread and moves on: the next epoch may start before the file."""
 
@@ -77,7 +82,8 @@ class WritesCheckpointsInBackground(BaseTrainer):
 
 
 @mutant_of("check_a_lost_rank_fails_every_rank_in_time",
-           expect="stalled at epoch 1 and rank 0 errored only")
+           expect="stalled at epoch 1 and rank 0 errored only",
+           proves=("DIST-5.1",))
 class NoProcessGroupTimeout(BaseTrainer):
     """Ignores ddp.timeout_s: the group keeps torch's 30-minute default."""
 
@@ -88,9 +94,11 @@ class NoProcessGroupTimeout(BaseTrainer):
 
 # rank 1, whose own scores fall, alone stops at epoch 1 (DIST-2) and sees no improvement (DIST-3)
 @mutant_of("check_ranks_stop_together_on_rank_local_scores",
-           expect="1: [(0, False), (1, True)]}: one verdict per rank")
+           expect="1: [(0, False), (1, True)]}: one verdict per rank",
+           proves=("DIST-2.1",))
 @mutant_of("check_ranks_agree_on_best_on_rank_local_scores",
-           expect="1: [(0, True), (1, False)]}: one verdict per rank")
+           expect="1: [(0, True), (1, False)]}: one verdict per rank",
+           proves=("DIST-3.1", "DIST-3.3"))
 class DecidesOnLocalScore(BaseTrainer):
     """Takes each rank's own score for best selection: ranks given different scores diverge."""
 

@@ -9,8 +9,10 @@ from trainspec.reference import BaseTrainer
 
 
 @mutant_of("check_finetune_starts_a_new_run",
-           expect="started with a restored optimizer state, not a fresh one")
-@mutant_of("check_finetune_accepts_a_new_optimizer", expect="the run raised: ResumeMismatchError")
+           expect="started with a restored optimizer state, not a fresh one",
+           proves=("FT-1.3",))
+@mutant_of("check_finetune_accepts_a_new_optimizer", expect="the run raised: ResumeMismatchError",
+           proves=("FT-3.1",))
 class RestoresStateOnFinetune(BaseTrainer):
     """Restores optimizer and scheduler even when the run is a finetune."""
 
@@ -22,7 +24,8 @@ class RestoresStateOnFinetune(BaseTrainer):
 
 
 @mutant_of("check_finetune_starts_a_new_run",
-           expect="the finetune (ckpt.resume=false) started at epoch 3, train_step 18")
+           expect="the finetune (ckpt.resume=false) started at epoch 3, train_step 18",
+           proves=("FT-1.2", "LOOP-1.2"))
 class FinetuneKeepsTheEpoch(BaseTrainer):
     """Takes epoch and step from the checkpoint on a finetune too."""
 
@@ -35,7 +38,8 @@ class FinetuneKeepsTheEpoch(BaseTrainer):
 
 @mutant_of("check_model_only_restores_weights_only",
            expect="the ckpt.model_only=true run (with ckpt.resume=true) started at epoch 3, "
-                  "train_step 18")
+                  "train_step 18",
+           proves=("FT-2.1",))
 class ModelOnlyIgnored(BaseTrainer):
     """Resumes whenever ckpt.resume is set, whatever ckpt.model_only says."""
 
@@ -45,7 +49,8 @@ class ModelOnlyIgnored(BaseTrainer):
 
 @mutant_of("check_finetune_tracks_best_afresh",
            expect="decided (epoch, improved, stop) [(0, False, True)]; the same scores from "
-                  "scratch [(0, True, False)")
+                  "scratch [(0, True, False)",
+           proves=("FT-4.1",))
 class FinetuneKeepsBest(BaseTrainer):
     """Carries the checkpoint's best score and patience counter into a finetune."""
 
@@ -57,7 +62,8 @@ class FinetuneKeepsBest(BaseTrainer):
 
 @mutant_of("check_finetune_tracks_best_afresh",
            expect="decided (epoch, improved, stop) [(0, False, True)]; the same scores from "
-                  "scratch [(0, False, False)")
+                  "scratch [(0, False, False)",
+           proves=("FT-4.2",))
 class FinetuneKeepsPatience(BaseTrainer):
     """Carries only the checkpoint's patience counter into a finetune; best tracking starts
     fresh, so only a run whose first validation does not improve shows the slip."""

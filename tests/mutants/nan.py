@@ -10,9 +10,11 @@ from trainspec.reference import BaseTrainer
 
 
 @mutant_of("check_nonfinite_scores_never_improve",
-           expect="after epoch 1 scored nan and was taken as an improvement")
+           expect="after epoch 1 scored nan and was taken as an improvement",
+           proves=("NAN-1.1",))
 @mutant_of("check_nonfinite_runs_match_the_oracle",
-           expect="was taken as an improvement; expected none (scores so far [nan]")
+           expect="was taken as an improvement; expected none (scores so far [nan]",
+           proves=("NAN-1.1",))
 class NanWinsBest(BaseTrainer):
     """The seed's comparison without its finiteness guard: `not (score <= best)` lets NaN in."""
 
@@ -23,10 +25,12 @@ class NanWinsBest(BaseTrainer):
 
 @mutant_of("check_leading_nonfinite_scores_leave_best_clean",
            expect="after epoch 2 scored 0.1 and was not taken as an improvement; "
-                  "expected an improvement (scores [nan, inf, 0.1,")
+                  "expected an improvement (scores [nan, inf, 0.1,",
+           proves=("NAN-2.1",))
 @mutant_of("check_nonfinite_runs_match_the_oracle",
            expect="was not taken as an improvement; expected an improvement "
-                  "(scores so far [nan, 0.125]")
+                  "(scores so far [nan, 0.125]",
+           proves=("NAN-2.1",))
 class NanPoisonsIncumbent(BaseTrainer):
     """Records a NaN score as the incumbent: no later finite score can beat it."""
 
@@ -39,7 +43,8 @@ class NanPoisonsIncumbent(BaseTrainer):
 
 @mutant_of("check_nonfinite_score_counts_once_for_patience",
            expect="validations ran after ['epoch 0', 'epoch 1'], "
-                  "expected ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3']")
+                  "expected ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3']",
+           proves=("NAN-3.1", "NAN-3.4"))
 class NanStopsAtOnce(BaseTrainer):
     """Treats a non-finite score as fatal for patience: stops right away."""
 

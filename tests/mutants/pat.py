@@ -8,7 +8,8 @@ from trainspec.reference import BaseTrainer
 
 @mutant_of("check_patience_stops_exactly_on_time",
            expect="validations ran after ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3'], "
-                  "expected ['epoch 0', 'epoch 1', 'epoch 2']")
+                  "expected ['epoch 0', 'epoch 1', 'epoch 2']",
+           proves=("PAT-1.1", "PAT-1.3"))
 class StopsOneValidationLate(BaseTrainer):
     """Stops when the counter goes below zero instead of reaching it."""
 
@@ -26,7 +27,8 @@ class StopsOneValidationLate(BaseTrainer):
 @mutant_of("check_improvement_refills_patience",
            expect="validations ran after ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3'], "
                   "expected ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3', 'epoch 4', 'epoch 5', "
-                  "'epoch 6']")
+                  "'epoch 6']",
+           proves=("PAT-2.1",))
 class NeverRefillsPatience(BaseTrainer):
     """Counts non-improvements since the start, not since the last improvement."""
 
@@ -40,7 +42,8 @@ class NeverRefillsPatience(BaseTrainer):
 
 @mutant_of("check_start_patience_delays_counting",
            expect="validations ran after ['epoch 0', 'epoch 1'], "
-                  "expected ['epoch 0', 'epoch 1', 'epoch 2']")
+                  "expected ['epoch 0', 'epoch 1', 'epoch 2']",
+           proves=("PAT-3.1",))
 class IgnoresStartPatience(BaseTrainer):
     """Counts non-improvements from the first epoch, whatever val.start_patience says."""
 
@@ -54,7 +57,8 @@ class IgnoresStartPatience(BaseTrainer):
 
 @mutant_of("check_unset_patience_never_stops",
            expect="(pat-unset-first) "
-                  "the run trained [0, 1, 2, 3] of 4 epochs and stopped after [3]")
+                  "the run trained [0, 1, 2, 3] of 4 epochs and stopped after [3]",
+           proves=("PAT-4.2",))
 class UnsetPatienceIsNumEpochs(BaseTrainer):
     """The seed's default: unset patience becomes num_epochs, which val.first can exhaust."""
 
@@ -78,7 +82,8 @@ class UnsetPatienceIsNumEpochs(BaseTrainer):
 
 @mutant_of("check_decisions_match_the_oracle",
            expect="the validation after val.first did not stop the run; "
-                  "expected a stop (patience left 0)")
+                  "expected a stop (patience left 0)",
+           proves=("PAT-5.1", "PAT-1.4", "PAT-3.3", "LOOP-2.4", "LOOP-2.5"))
 class StartPatienceOffByOne(BaseTrainer):
     """Counts from the epoch after val.start_patience (> instead of >=)."""
 

@@ -12,9 +12,11 @@ from trainspec.reference import BaseTrainer
 
 
 @mutant_of("check_resume_continues_at_the_next_epoch",
-           expect="resumed from last.pt of epoch 1, the run trained epochs [1, 2, 3]")
+           expect="resumed from last.pt of epoch 1, the run trained epochs [1, 2, 3]",
+           proves=("RES-1.1", "RES-1.3", "LOOP-1.3"))
 @mutant_of("check_resume_continues_under_several_ranks",
-           expect="resumed from epoch 2, rank 0 trained epochs [2, 3]")
+           expect="resumed from epoch 2, rank 0 trained epochs [2, 3]",
+           proves=("RES-1.1", "RES-1.3"))
 class RepeatsTheCheckpointEpoch(BaseTrainer):
     """Resumes at the checkpoint's epoch instead of the one after it."""
 
@@ -26,7 +28,8 @@ class RepeatsTheCheckpointEpoch(BaseTrainer):
 
 
 @mutant_of("check_resume_restores_every_registered_item",
-           expect="the optimizer state differs from the uninterrupted run")
+           expect="the optimizer state differs from the uninterrupted run",
+           proves=("RES-2.1",))
 class ForgetsOptimizerState(BaseTrainer):
     """Restores the scheduler but leaves the optimizer at its initial state."""
 
@@ -41,9 +44,11 @@ class ForgetsOptimizerState(BaseTrainer):
 
 @mutant_of("check_resume_keeps_best_and_patience",
            expect="the run validated (epoch, improved, stop) [(0, True, False), (1, True, False), "
-                  "(2, True, False)")
+                  "(2, True, False)",
+           proves=("RES-3.1", "RES-3.3"))
 @mutant_of("check_resume_decides_alike_under_several_ranks",
-           expect="(2, False, False), (3, True, False)")
+           expect="(2, False, False), (3, True, False)",
+           proves=("RES-3.1", "RES-3.3"))
 class ForgetsBestOnResume(BaseTrainer):
     """Saves best tracking in the checkpoint but never reads it back."""
 
@@ -53,7 +58,8 @@ class ForgetsBestOnResume(BaseTrainer):
 
 @mutant_of("check_resume_keeps_best_and_patience",
            expect="(2, False, False), (3, False, False), (4, False, False), (5, False, True)]; "
-                  "uninterrupted")
+                  "uninterrupted",
+           proves=("RES-3.2", "RES-3.3"))
 class ForgetsPatienceOnResume(BaseTrainer):
     """Restores the incumbent best but refills the patience counter on resume."""
 
@@ -64,7 +70,8 @@ class ForgetsPatienceOnResume(BaseTrainer):
 
 @mutant_of("check_resume_keeps_best_and_patience",
            expect="killed at val_after_save of epoch 1 and resumed from epoch 0, "
-                  "the run validated (epoch, improved, stop) [(0, True, False), (1, False, False)")
+                  "the run validated (epoch, improved, stop) [(0, True, False), (1, False, False)",
+           proves=("RES-3.4",))
 class TakesBestScoreFromBestFile(BaseTrainer):
     """On resume, takes the incumbent best score from the best.pt beside the checkpoint: the
     newest best, which is right unless best.pt was written after that checkpoint (a kill
@@ -81,7 +88,8 @@ class TakesBestScoreFromBestFile(BaseTrainer):
 
 
 @mutant_of("check_resume_keeps_best_and_patience",
-           expect="killed at val_start of epoch 2 and resumed from epoch 2")
+           expect="killed at val_start of epoch 2 and resumed from epoch 2",
+           proves=("RES-3.5",))
 class CheckpointsBeforeValidation(BaseTrainer):
     """The seed's order: last.pt is written before the epoch's validation, so a crash in
     between resumes past a validation that never happened."""
@@ -98,7 +106,8 @@ class CheckpointsBeforeValidation(BaseTrainer):
 
 
 @mutant_of("check_resume_is_bitwise_exact",
-           expect="the final weights differ from the uninterrupted run")
+           expect="the final weights differ from the uninterrupted run",
+           proves=("RES-4.1", "RES-4.2", "RES-4.3"))
 class ForgetsRngState(BaseTrainer):
     """Saves RNG states but does not restore them: the data order changes after a resume."""
 
@@ -107,7 +116,8 @@ class ForgetsRngState(BaseTrainer):
 
 
 @mutant_of("check_resume_refuses_state_that_does_not_fit",
-           expect="resuming with another optimizer class (Adam -> SGD) went on silently")
+           expect="resuming with another optimizer class (Adam -> SGD) went on silently",
+           proves=("RES-5.1",))
 class SkipsStateThatDoesNotFit(BaseTrainer):
     """The seed's leniency: an item whose state is missing or does not load is left at init."""
 
@@ -126,7 +136,8 @@ class SkipsStateThatDoesNotFit(BaseTrainer):
 
 
 @mutant_of("check_resume_is_bitwise_exact",
-           expect="the final weights match, but at the resume point the numpy RNG state differed")
+           expect="the final weights match, but at the resume point the numpy RNG state differed",
+           proves=("RES-4.2",))
 class RestoresTorchRngOnly(BaseTrainer):
     """Restores torch's generator but not python's or numpy's."""
 
@@ -137,7 +148,8 @@ class RestoresTorchRngOnly(BaseTrainer):
 
 
 @mutant_of("check_resume_continues_at_the_next_epoch",
-           expect="the last.pt of epoch 1 says train_step 11, but the run had taken 12")
+           expect="the last.pt of epoch 1 says train_step 11, but the run had taken 12",
+           proves=("RES-1.2",))
 class SavesAStaleStepCount(BaseTrainer):
     """Writes last.pt with a step counter one optimizer step behind."""
 
