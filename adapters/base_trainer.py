@@ -87,4 +87,4 @@ class BaseTrainerAdapter:
         # freeing a gloo group's DDP reducer while a collective's tensors await the GIL)
         self.last_trainer = trainer
         trainer.train()
-        ctx.emit(trainer.probe_end())
+        ctx.record(trainer.probe_end())

@@ -12,7 +12,7 @@ import torch
 from trainspec.conformance.checks import CHECKS, run_check
 from trainspec.conformance.run.files import describe_seed_files, seed_role
 from trainspec.conformance.run.harness import AdapterSpec, Harness
-from trainspec.conformance.run.trace import FileRecord
+from trainspec.conformance.run.records import FileRecord
 from trainspec.conformance.runner import open_context, resolve_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,11 +74,10 @@ def test_the_checks_read_the_adapters_own_description_of_its_files(harness: Harn
 
 def test_ckpt_1_judges_what_an_adapter_says_a_file_holds_not_the_seed_key_names() -> None:
     from trainspec.conformance.checks.ckpt import _content_problem
-    from trainspec.conformance.run.trace import FileRecord
 
     def record(**entry: object) -> FileRecord:
-        return FileRecord.from_json({"relpath": "last.ckpt", "role": "last", "epoch": 1,
-                                     "step": 4, **entry})
+        return FileRecord.from_json({"relpath": "last.ckpt", "size": 1, "mtime_ns": 1,
+                                     "role": "last", "epoch": 1, "step": 4, **entry})
 
     framework = record(keys=["epoch", "global_step", "state_dict"],
                        holds=["epoch", "step", "model", "optimizer", "scheduler"])

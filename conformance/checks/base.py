@@ -58,8 +58,7 @@ class RunBroke(Exception):
         bad = next(r for r in trace.ranks if r.status != "completed")
         self.trace, self.rank = trace, bad
         self.timed_out = any(r.status == "timeout" for r in trace.ranks)
-        self.ours = any(e.get("ours") for e in bad.events if e.get("ev") == "error") \
-            or bad.status == "lost"
+        self.ours = bad.is_ours
         where = f" on rank {bad.rank}" if len(trace.ranks) > 1 else ""
         super().__init__(f"scenario {scenario.name!r}: the run {bad.status}{where}: {bad.error}")
         details = []

@@ -9,7 +9,7 @@ from trainspec.conformance.checks.common import (
     match_decisions,
     weights_diff,
 )
-from trainspec.conformance.run.trace import BestFile, end_best_file
+from trainspec.conformance.run.records import FileSnapshot
 
 __all__: list[str] = []
 
@@ -45,7 +45,7 @@ def check_best_weights_are_a_copy(ctx: CheckContext) -> str:
     return "best_model at the end equals the epoch-0 weights, 3 epochs of training later"
 
 
-def _identity(f: BestFile | None) -> tuple[int, int, int | None] | None:
+def _identity(f: FileSnapshot | None) -> tuple[int, int, int | None] | None:
     return None if f is None else (f.mtime_ns, f.size, f.epoch)
 
 
@@ -62,7 +62,7 @@ def check_best_file_follows_improvements(ctx: CheckContext) -> str:
         if v.phase != "epoch":
             continue
         before = starts.get(v.epoch)
-        after = starts[v.epoch + 1] if v.epoch + 1 in starts else end_best_file(r.end)
+        after = starts.get(v.epoch + 1, None if r.end is None else r.end.best_file)
         changed = _identity(after) != _identity(before)
         if v.improved:
             if after is None or after.error:
@@ -98,13 +98,13 @@ def check_test_sees_best_weights(ctx: CheckContext) -> str:
     r = ctx.completed(s).rank0
     if not r.tests:
         raise CheckFailed("BEST-4: the test pass did not run")
-    diff = weights_diff(r.validations[0].weights, r.tests[0]["weights"])
+    diff = weights_diff(r.validations[0].weights, r.tests[0].weights)
     if diff is not None:
         raise CheckFailed(f"BEST-4: the test pass saw other weights than those of epoch 0, "
                           f"the best: {diff}")
     none = make_scenario("best-test-none", [float("nan")] * 3)
     r = ctx.completed(none).rank0
-    diff = weights_diff(r.final_weights, r.tests[0]["weights"] if r.tests else None)
+    diff = weights_diff(r.final_weights, r.tests[0].weights if r.tests else None)
     if diff is not None:
         raise CheckFailed(f"BEST-4: every validation scored NaN, so no improvement could be "
                           f"recorded, yet the test pass saw other weights than the final ones: "

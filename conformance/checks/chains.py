@@ -47,7 +47,7 @@ def interrupt_and_resume(ctx: CheckContext, clause: str, s: Scenario,
     root = ctx.harness.new_ckpt_root(f"{s.name}-{crash.where}-{crash.epoch}")
     first = s.replace(name=f"{s.name}-crash-{crash.where}-{crash.epoch}", crash=crash)
     interrupted = ctx.harness.run(first, adapter=ctx.adapter, ckpt_root=root)
-    hit = [r for r in interrupted.ranks if any(e.get("ev") == "crash" for e in r.events)]
+    hit = [r for r in interrupted.ranks if r.crashes]
     if not hit:
         if not interrupted.completed:
             raise RunBroke(interrupted, first)

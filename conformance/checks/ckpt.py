@@ -15,6 +15,7 @@ from trainspec.conformance.checks.chains import (
     with_load,
 )
 from trainspec.conformance.checks.common import make_scenario
+from trainspec.conformance.run.records import Write
 from trainspec.conformance.run.scenario import CrashPoint
 from trainspec.conformance.run.trace import FileRecord, RankTrace
 
@@ -140,12 +141,12 @@ def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
         crash = CrashPoint(where="write", epoch=2, fraction=fraction)
         trace = ctx.run(s.replace(name=f"ckpt-torn-{fraction}", crash=crash))
         r = trace.rank0
-        torn = [e for e in r.events if e.get("ev") == "crash"]
+        torn = r.crashes
         if not torn:
             raise NotApplicable("the trainer wrote no checkpoint through torch.save in epoch 2, "
                                 "so no write could be interrupted")
         written = f"killed after writing {fraction:.0%} of its first checkpoint of epoch 2 " \
-            f"({torn[0].get('bytes')} bytes)"
+            f"({torn[0].bytes} bytes)"
         for f in trace.files:
             if f.role is not None and f.error:
                 raise CheckFailed(f"CKPT-2: {written}, {f.name} no longer loads ({f.error}): "
@@ -204,9 +205,9 @@ def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
     if r.status == "completed" and r.epochs_trained == whole.epochs_trained:
         raise CheckFailed("CKPT-5: after SIGTERM during epoch 1 the run went on to the end; "
                           "expected it to checkpoint and exit")
-    kinds = [e.get("ev") for e in r.events]
+    kinds = r.kinds
     signalled = kinds.index("crash") if "crash" in kinds else len(kinds)
-    writes = [e for e in r.events[signalled:] if e.get("ev") == "write"]
+    writes = [e for e in r.records[signalled:] if isinstance(e, Write)]
     if not writes:
         last = interrupted.newest("last")
         raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process ended "

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 
 from trainspec.conformance.checks.base import CheckFailed
+from trainspec.conformance.run.records import Validation, Weights
 from trainspec.conformance.run.scenario import Scenario, ScoreScript, Task
-from trainspec.conformance.run.trace import RankTrace, Trace, Validation, Weights, first_difference
+from trainspec.conformance.run.trace import RankTrace, Trace, first_difference
 from trainspec.conformance.spec.oracle import Outcome, decide, expected_validations
 
 __all__ = [

@@ -29,22 +29,24 @@ def check_debug_caps_every_split_at_one_batch(ctx: CheckContext) -> str:
     if not r.train_epochs or r.train_epochs[0].batches is None:
         raise CheckFailed("DBG-1: the debug run trained no complete epoch")
     epoch = r.train_epochs[0]
-    end = next(e for e in r.events if e.get("ev") == "train_end")
+    end = epoch.end
+    if end is None:
+        raise CheckFailed("DBG-1: the debug run trained no complete epoch")
     if epoch.batches != 1 or epoch.loader_len != 1:
         raise CheckFailed(f"DBG-1: in debug mode the train split yielded {epoch.batches} "
                           f"batches with len() {epoch.loader_len}; expected 1 and 1")
     expected = {"val_loader": 1, "test_loader": 1, "eval_loader": 0}
     for name, want in expected.items():
-        got_len, got_batches = end["loader_lens"].get(name), end["loader_batches"].get(name)
+        got_len, got_batches = end.eval_lens.get(name), end.eval_batches.get(name)
         if got_len is None and got_batches is None:
             continue  # the trainer has no such split
         if (got_len, got_batches) != (want, want):
             raise CheckFailed(f"DBG-1: in debug mode {name} has len() {got_len} and yielded "
                               f"{got_batches} batches; expected {want} and {want}"
                               + (" (an empty split stays empty)" if want == 0 else ""))
-    if end.get("loader_batch_size") != TASK.batch_size:
+    if end.loader_batch_size != TASK.batch_size:
         raise CheckFailed(f"DBG-1: the truncated train loader's batch_size reads "
-                          f"{end.get('loader_batch_size')!r}, expected {TASK.batch_size}: "
+                          f"{end.loader_batch_size!r}, expected {TASK.batch_size}: "
                           "other loader attributes must pass through")
     return "train, val, test: one batch and len() 1; the empty split: 0 and 0; batch_size " \
         "passes through"
@@ -75,9 +77,9 @@ def check_debug_writes_nothing(ctx: CheckContext) -> str:
                           f"{names}; expected none")
     for r in trace.ranks:
         if r.writes:
-            raise CheckFailed(f"DBG-3: debug mode wrote to {r.writes[0]} (since removed); "
+            raise CheckFailed(f"DBG-3: debug mode wrote to {r.writes[0].path} (since removed); "
                               "expected no checkpoint write at all")
-        mode = (r.setup or {}).get("cfg_seen", {}).get("wandb.mode")
+        mode = None if r.setup is None else r.setup.config.wandb_mode
         if mode is not None and mode != "disabled":
             raise CheckFailed(f"DBG-3: debug mode left wandb.mode={mode!r}; expected "
                               "'disabled' (no external logging sink)")
@@ -99,7 +101,7 @@ def check_debug_still_steps_the_optimizer(ctx: CheckContext) -> str:
 def check_debug_sizes_schedules_from_full_length(ctx: CheckContext) -> str:
     """Setup sees the full train length, so an LR schedule keeps its real size."""
     r = _run(ctx, debug_scenario("dbg-schedule"))
-    seen = (r.setup or {}).get("train_len_seen")
+    seen = None if r.setup is None else r.setup.train_len
     if seen != FULL_TRAIN_LEN:
         raise CheckFailed(f"DBG-5: in debug mode setup saw len(train_loader) = {seen}, "
                           f"expected the full {FULL_TRAIN_LEN}: truncate after setup, so a "
@@ -111,7 +113,7 @@ def check_debug_sizes_schedules_from_full_length(ctx: CheckContext) -> str:
 def check_debug_disables_prediction_dumps(ctx: CheckContext) -> str:
     """Debug turns prediction dumps off (a truncated dump would be scored as a whole one)."""
     r = _run(ctx, debug_scenario("dbg-preds", **{"save_preds.enable": True}))
-    seen = (r.setup or {}).get("cfg_seen", {}).get("save_preds.enable")
+    seen = None if r.setup is None else r.setup.config.save_preds_enable
     if seen is None:
         raise NotApplicable("the trainer's config has no save_preds.enable: it has no "
                             "prediction dumps for debug mode to turn off")

@@ -18,6 +18,7 @@ from trainspec.conformance.checks.common import (
     match_decisions,
     weights_diff,
 )
+from trainspec.conformance.run.records import Validation
 from trainspec.conformance.run.scenario import (
     CrashHow,
     CrashPoint,
@@ -26,7 +27,7 @@ from trainspec.conformance.run.scenario import (
     ScoreScript,
     Task,
 )
-from trainspec.conformance.run.trace import RankTrace, Trace, Validation
+from trainspec.conformance.run.trace import RankTrace, Trace
 
 __all__: list[str] = []
 
@@ -142,7 +143,7 @@ def check_ranks_agree_on_best(ctx: CheckContext) -> str:
             raise CheckFailed(f"DIST-3: rank {r.rank} holds other best weights than rank 0: "
                               f"{diff}")
         if r.tests and r0.tests:
-            diff = weights_diff(r0.tests[0]["weights"], r.tests[0]["weights"])
+            diff = weights_diff(r0.tests[0].weights, r.tests[0].weights)
             if diff is not None:
                 raise CheckFailed(f"DIST-3: rank {r.rank}'s test pass saw other weights than "
                                   f"rank 0's: {diff}")
@@ -160,7 +161,7 @@ def check_only_rank_zero_writes(ctx: CheckContext) -> str:
     trace = ctx.completed(s)
     for r in trace.ranks[1:]:
         if r.writes:
-            raise CheckFailed(f"DIST-4: rank {r.rank} wrote {r.writes[0]}; only rank 0 may "
+            raise CheckFailed(f"DIST-4: rank {r.rank} wrote {r.writes[0].path}; only rank 0 may "
                               "write checkpoint files")
     for r in trace.ranks:
         for e in r.train_epochs[1:]:
@@ -326,7 +327,7 @@ def check_a_lost_rank_fails_every_rank_in_time(ctx: CheckContext) -> str:
         trace, began, timeout_s = _lose_a_rank(ctx, how)
         bounds.append(timeout_s)
         for r in trace.ranks[: n - 1]:
-            ended = next((e["t"] for e in r.events if e.get("ev") in ("error", "exit")), None)
+            ended = r.ended_at
             if r.status == "completed" or ended is None:
                 raise CheckFailed(
                     f"DIST-5: rank {n - 1} {'died' if how == 'sigkill' else 'stalled'} at "
@@ -354,10 +355,9 @@ def _lose_a_rank(ctx: CheckContext, how: CrashHow) -> tuple[Trace, float, float]
                           cfg={"ddp.timeout_s": timeout_s, "val.patience": None}) \
             .replace(crash=crash)
         trace = ctx.harness.run(s, adapter=ctx.adapter, timeout_s=stall_s + 15.0)
-        began = next((e["t"] for e in trace.ranks[n - 1].events if e.get("ev") == "crash"),
-                     None)
-        if began is not None:
-            return trace, float(began), timeout_s
+        crashes = trace.ranks[n - 1].crashes
+        if crashes:
+            return trace, crashes[0].t, timeout_s
     if trace.completed:
         raise CheckFailed(f"DIST-5: rank {n - 1} never reached epoch 1, so it could not be lost "
                           f"there; the run trained {trace.ranks[n - 1].epochs_trained}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import source_checkpoint, with_load
 from trainspec.conformance.checks.common import describe, make_scenario, weights_diff
@@ -11,6 +13,7 @@ from trainspec.conformance.run.trace import RankTrace, Trace, Weights, first_dif
 __all__: list[str] = []
 
 NAN = float("nan")
+_ITEMS: tuple[Literal["optimizer", "scheduler"], ...] = ("optimizer", "scheduler")
 
 
 def _source(ctx: CheckContext, clause: str) -> tuple[Trace, str]:
@@ -37,8 +40,8 @@ def _saved_weights(source: Trace) -> tuple[Weights | None, str]:
         return r.final_weights, "the source run's last checkpoint, at the run's end"
     which = f"{last.name}, epoch {last.epoch}"
     following = [e for e in r.train_epochs if e.epoch == last.epoch + 1]
-    if following and "weights" in following[0].state:
-        return following[0].state["weights"], which
+    if following:
+        return following[0].state.weights, which
     return r.final_weights, which
 
 
@@ -52,15 +55,17 @@ def _fresh_start(clause: str, ctx: CheckContext, how: str, s: Scenario, source: 
         raise CheckFailed(f"{clause}: the {how} started at epoch {first.epoch}, train_step "
                           f"{first.start_step}; expected epoch 0, step 0 (a new run)")
     saved, which = _saved_weights(source)
-    diff = weights_diff(saved, first.state.get("weights"))
+    diff = weights_diff(saved, first.state.weights)
     if diff is not None:
         raise CheckFailed(f"{clause}: the {how} did not start from the weights of the "
                           f"checkpoint it loaded ({which}): {diff}")
     scratch = ctx.completed(s.replace(name="ft-scratch")).rank0.train_epochs[0]
-    for item in ("optimizer", "scheduler"):
-        if item not in scratch.state:
+    for item in _ITEMS:
+        want = scratch.state.part(item)
+        if want is None:
             continue
-        diff = first_difference({item: scratch.state[item]}, {item: first.state.get(item, {})})
+        got = first.state.part(item)
+        diff = first_difference({item: want}, {item: {} if got is None else got})
         if diff is not None:
             raise CheckFailed(f"{clause}: the {how} started with a restored {item} state, "
                               f"not a fresh one ({diff}); a finetune restores weights only")

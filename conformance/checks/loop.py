@@ -65,8 +65,8 @@ def check_loop_zero_epochs_is_eval_only(ctx: CheckContext) -> str:
     if r.train_epochs:
         raise CheckFailed(f"LOOP-3: num_epochs=0 trained epochs {r.epochs_trained}, "
                           "expected none (eval-only)")
-    if r.end is not None and r.end.get("train_step") not in (0, None):
-        raise CheckFailed(f"LOOP-3: num_epochs=0 ended at train_step {r.end['train_step']}, "
+    if r.end is not None and r.end.train_step != 0:
+        raise CheckFailed(f"LOOP-3: num_epochs=0 ended at train_step {r.end.train_step}, "
                           "expected 0")
     if [v.phase for v in r.validations] != ["first"]:
         raise CheckFailed(f"LOOP-3: num_epochs=0 with val.first ran "
@@ -90,7 +90,7 @@ def check_loop_tests_once_after_the_loop(ctx: CheckContext) -> str:
         if len(r.tests) != 1:
             raise CheckFailed(f"LOOP-4: after {why} the test pass ran {len(r.tests)} time(s), "
                               "expected exactly once")
-        kinds = [e.get("ev") for e in r.events]
+        kinds = r.kinds
         test_at = kinds.index("test")
         if any(k in ("train_start", "val") for k in kinds[test_at:]):
             raise CheckFailed(f"LOOP-4: after {why} the test pass ran before the loop ended "

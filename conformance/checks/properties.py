@@ -145,7 +145,7 @@ def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -
             except Exception as e:
                 raise CheckFailed(f"{spec.clause}: the run raised {type(e).__name__}: {e}") \
                     from e
-            rank = parse_rank(0, ctx.events, "completed", "", "")
+            rank = parse_rank(0, ctx.records, "completed", "", "")
             spec.judge(scenario, Trace(scenario_name=scenario.name, ranks=(rank,)))
         except CheckFailed as e:
             # hypothesis shrinks: the last failure recorded is the minimal example

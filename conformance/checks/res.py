@@ -9,6 +9,7 @@ the best weights and ``best.pt``, then the final weights.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import (
@@ -22,6 +23,10 @@ from trainspec.conformance.run.scenario import CrashPoint, Scenario, Task
 from trainspec.conformance.run.trace import RankTrace, TrainEpoch, first_difference
 
 __all__: list[str] = []
+
+_ITEMS: tuple[Literal["optimizer", "scheduler"], ...] = ("optimizer", "scheduler")
+_PARTS: tuple[Literal["weights", "optimizer", "scheduler", "rng"], ...] = (
+    "weights", "optimizer", "scheduler", "rng")
 
 # the best epoch (1) lies before every interruption and later scores are worse: a trainer that
 # forgets its incumbent takes a worse epoch as best after the resume; patience 3 stops after 4
@@ -100,10 +105,12 @@ def check_resume_restores_every_registered_item(ctx: CheckContext) -> str:
         ref = _epoch(whole, first.epoch)
         if ref is None:
             continue
-        for item in ("optimizer", "scheduler"):
-            if item not in ref.state:
+        for item in _ITEMS:
+            want = ref.state.part(item)
+            if want is None:
                 continue
-            diff = first_difference({item: ref.state[item]}, {item: first.state.get(item, {})})
+            got = first.state.part(item)
+            diff = first_difference({item: want}, {item: {} if got is None else got})
             if diff is not None:
                 raise CheckFailed(
                     f"RES-2: {_at(crash)} and resumed at epoch {first.epoch}, the {item} state "
@@ -183,8 +190,8 @@ def _lost_state(whole: RankTrace, resumed: RankTrace) -> str | None:
     ref = _epoch(whole, first.epoch)
     if ref is None:
         return None
-    for part in ("weights", "optimizer", "scheduler", "rng"):
-        diff = first_difference({part: ref.state.get(part)}, {part: first.state.get(part)})
+    for part in _PARTS:
+        diff = first_difference({part: ref.state.part(part)}, {part: first.state.part(part)})
         if diff is not None:
             return _STATE_MEANING[part].format(diff.split(":")[0].removeprefix("rng."))
     return None

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainspec.conformance.run.records import Record
+    from trainspec.conformance.run.scenario import CrashWhere, Scenario
 
 __all__ = ["ChildContext", "child_main", "set_parent_death_signal"]
 
@@ -37,7 +38,7 @@ class ChildContext:
     """The :class:`~trainspec.conformance.run.adapter.RunContext` of a run in a forked child."""
 
     def __init__(self, *, rank: int, world_size: int, ckpt_root: Path, events_fd: int,
-                 scenario: Any) -> None:
+                 scenario: Scenario) -> None:
         self._rank, self._world_size, self._ckpt_root = rank, world_size, ckpt_root
         self._fd = events_fd
         self._scenario = scenario
@@ -59,21 +60,25 @@ class ChildContext:
     def record(self, record: Record) -> None:
         from trainspec.conformance.run.records import to_json
 
-        self.emit(to_json(record))
+        # os.write on an fd opened before the run: no open() call for the audit hook to see,
+        # and a line is on disk before the next statement, so a kill loses nothing recorded
+        os.write(self._fd, (json.dumps(to_json(record)) + "\n").encode())
 
     def emit(self, event: dict[str, Any]) -> None:
-        # os.write on an fd opened before the run: no open() call for the audit hook to see,
-        # and a line is on disk before the next statement, so a kill loses nothing emitted
-        os.write(self._fd, (json.dumps({**event, "t": time.time()}) + "\n").encode())
+        """Deprecated: an old-style event dict, recorded as the record it stands for."""
+        from trainspec.conformance.run.records import from_legacy_event
 
-    def crash_point(self, where: Any, epoch: int) -> None:
+        self.record(from_legacy_event(event))
+
+    def crash_point(self, where: CrashWhere, epoch: int) -> None:
         from trainspec.conformance.run.probe import crash_matches, interrupt
+        from trainspec.conformance.run.records import Crash
 
         if where == "train_start":
             self.epoch_started = epoch
         crash = self._scenario.crash
-        if crash_matches(self._scenario, where, epoch, self._rank):
-            self.emit({"ev": "crash", "where": where, "epoch": epoch, "how": crash.how})
+        if crash is not None and crash_matches(self._scenario, where, epoch, self._rank):
+            self.record(Crash(where=where, epoch=epoch, how=crash.how, t=time.time()))
             interrupt(crash.how, crash.stall_s)
 
     def should_tear_write(self) -> float | None:
@@ -97,6 +102,8 @@ def _install_write_watch(ctx: ChildContext, slow_writes_s: float) -> None:
     """Record every write into the checkpoint folder this process makes (DIST-4, DBG-3)."""
     import torch
 
+    from trainspec.conformance.run.records import Write
+
     root = str(ctx.ckpt_root.resolve())
 
     def inside(path: object) -> str | None:
@@ -114,11 +121,11 @@ def _install_write_watch(ctx: ChildContext, slow_writes_s: float) -> None:
             writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 mode is None and isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
             if path and writes:
-                ctx.emit({"ev": "write", "path": path, "via": "open"})
+                ctx.record(Write(path=path, via="open", t=time.time()))
         elif event == "os.rename" and len(args) >= 2:
             path = inside(args[1])
             if path:
-                ctx.emit({"ev": "write", "path": path, "via": "rename"})
+                ctx.record(Write(path=path, via="rename", t=time.time()))
 
     sys.addaudithook(hook)
     original = torch.save
@@ -126,7 +133,7 @@ def _install_write_watch(ctx: ChildContext, slow_writes_s: float) -> None:
     def watched_save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
         target = inside(f) if not hasattr(f, "write") else inside(getattr(f, "name", None))
         if target:
-            ctx.emit({"ev": "write", "path": target, "via": "torch.save"})
+            ctx.record(Write(path=target, via="torch.save", t=time.time()))
             if slow_writes_s and ctx.rank == 0:
                 time.sleep(slow_writes_s)
             fraction = ctx.should_tear_write()
@@ -155,7 +162,9 @@ def _tear(save: Any, obj: object, f: Any, fraction: float, ctx: ChildContext) ->
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-    ctx.emit({"ev": "crash", "where": "write", "bytes": len(data), "how": "sigkill"})
+    from trainspec.conformance.run.records import Crash
+
+    ctx.record(Crash(where="write", bytes=len(data), how="sigkill", t=time.time()))
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -205,6 +214,7 @@ def _property_child(req: dict[str, Any], adapter: Any) -> int:
 
 
 def _run_child(req: dict[str, Any], adapter: Any) -> int:
+    from trainspec.conformance.run.records import Done, RunError, RunExit
     from trainspec.conformance.run.scenario import Scenario
 
     job_dir = Path(req["job_dir"])
@@ -218,13 +228,13 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
         adapter.run(scenario, ctx)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
-        ctx.emit({"ev": "exit", "code": code, "message": str(e.code)})
+        ctx.record(RunExit(code=code, message=str(e.code), t=time.time()))
         return code
     except BaseException as e:
         tb = traceback.extract_tb(e.__traceback__)
-        ctx.emit({"ev": "error", "type": type(e).__name__, "message": str(e)[:2000],
-                  "traceback": "".join(traceback.format_exception(e))[-8000:],
-                  "ours": _error_is_ours(tb, adapter)})
+        ctx.record(RunError(type=type(e).__name__, message=str(e)[:2000],
+                            traceback="".join(traceback.format_exception(e))[-8000:],
+                            ours=_error_is_ours(tb, adapter), t=time.time()))
         return 1
-    ctx.emit({"ev": "done"})
+    ctx.record(Done(t=time.time()))
     return 0

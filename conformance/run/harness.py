@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
+from trainspec.conformance.run.records import RunError
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.trace import (
     FileRecord,
@@ -35,7 +36,7 @@ from trainspec.conformance.run.trace import (
     RunStatus,
     Trace,
     parse_rank,
-    read_events,
+    read_records,
 )
 from trainspec.errors import AdapterError, HarnessError
 
@@ -252,11 +253,11 @@ class World:
 
     @staticmethod
     def _rank_trace(rank: int, job_dir: Path, reply: dict[str, Any]) -> RankTrace:
-        events = read_events(job_dir / f"rank{rank}.events.jsonl")
+        records = read_records(job_dir / f"rank{rank}.events.jsonl")
         kind = reply.get("status")
         status: RunStatus
         error = detail = ""
-        errors = [e for e in events if e.get("ev") == "error"]
+        errors = [e for e in records if isinstance(e, RunError)]
         if kind == "timeout":
             status, error = "timeout", f"still running after {reply.get('timeout_s')} s"
             detail = str(reply.get("stack", ""))
@@ -267,14 +268,14 @@ class World:
             status = "completed"
         elif kind == "exited" and errors:
             status = "raised"
-            error = f"{errors[-1]['type']}: {errors[-1]['message']}".splitlines()[0][:300]
-            detail = str(errors[-1].get("traceback", ""))
+            error = f"{errors[-1].type}: {errors[-1].message}".splitlines()[0][:300]
+            detail = errors[-1].traceback
         elif kind == "exited":
             status, error = "exited", f"exited with status {reply.get('code')}"
         else:
             status, error = "lost", str(reply.get("error", reply))
             detail = str(reply.get("traceback", ""))
-        return parse_rank(rank, events, status, error, detail)
+        return parse_rank(rank, records, status, error, detail)
 
     def close(self) -> None:
         for worker in self.workers:

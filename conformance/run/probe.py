@@ -5,140 +5,64 @@ an LR scheduler sized from ``len(train_loader)``, registers them with ``add_chec
 loads model weights from ``ckpt`` itself, shuffles with the global RNG, steps every
 ``grad_accum_steps`` batches, clips through ``clip_and_log_grad_norm``, pools its score through
 ``reduce_mean`` (or a torchmetrics metric), calls ``save_if_best`` then ``step_patience``, and
-tests on ``best_model``. Everything the base decides is emitted as events.
+tests on ``best_model``. Everything the base decides is reported as records
+(:mod:`trainspec.conformance.run.records`).
+
+The probe's methods only delegate: each step is a function here taking the trainer and the
+run (:class:`_Run`), so the subclass stays one screen and each step can be read alone.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import random
 import signal
 import time
 from collections.abc import Mapping
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch.nn import functional
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from trainspec.conformance.run.adapter import RunContext
-from trainspec.conformance.run.files import load_dict
+from trainspec.conformance.run.files import as_int
+from trainspec.conformance.run.recording import (
+    model_state_of,
+    newest_file,
+    snapshot_file,
+    trainer_state,
+)
+from trainspec.conformance.run.records import (
+    ConfigSeen,
+    FileSnapshot,
+    Phase,
+    RunEnd,
+    Setup,
+    TestPass,
+    TrainEnd,
+    TrainStart,
+    Validation,
+)
 from trainspec.conformance.run.scenario import CrashWhere, Scenario, Task
-from trainspec.conformance.run.trace import encode
-from trainspec.errors import AdapterError
 
-__all__ = ["make_probe", "newest_file", "plain_weights", "pool_with_torchmetrics", "rng_digests",
-           "snapshot_file", "task_data", "task_model"]
+# the task kit lived here before run/task.py; re-exported while the framework adapters still
+# import it from the probe (their owners move them to run.task)
+from trainspec.conformance.run.task import (
+    draw_host_rngs,
+    plain_weights,
+    pool_with_torchmetrics,
+    rng_digests,
+    task_data,
+    task_model,
+    task_optimizer,
+    task_schedulers,
+)
 
+__all__ = ["crash_matches", "interrupt", "make_probe", "plain_weights", "pool_with_torchmetrics",
+           "rng_digests", "task_data", "task_model"]
 
-def plain_weights(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """A state dict's tensors under DDP-independent names, copied to the CPU."""
-    return {k.removeprefix("module."): v.detach().to("cpu", copy=True)
-            for k, v in state.items() if isinstance(v, torch.Tensor)}
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha1(data, usedforsecurity=False).hexdigest()[:16]
-
-
-def rng_digests() -> dict[str, str]:
-    out = {"torch": _digest(torch.get_rng_state().numpy().tobytes()),
-           "python": _digest(repr(random.getstate()).encode())}
-    try:
-        import numpy
-    except ImportError:
-        return out
-    state: Any = numpy.random.get_state(legacy=True)
-    out["numpy"] = _digest(state[1].tobytes() + repr(state[2:]).encode())
-    return out
-
-
-def _draw_host_rngs() -> None:
-    """One draw from python's and numpy's global generators: their state then matters to a
-    resume, as it does for any pipeline that samples augmentations from them (RES-4)."""
-    random.random()
-    try:
-        import numpy
-    except ImportError:
-        return
-    numpy.random.random()
-
-
-def newest_file(root: Path, name: str) -> Path | None:
-    if not root.exists():
-        return None
-    found = [p for p in root.rglob(name) if p.is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
-
-
-def model_state_of(ckpt: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The model weights inside a seed-shaped checkpoint (``model_state_dict``)."""
-    for key in ("model_state_dict", "model", "state_dict"):
-        value = ckpt.get(key)
-        if isinstance(value, Mapping) and value:
-            return value
-    raise AdapterError(
-        f"checkpoint: expected the model's weights under 'model_state_dict' (the seed shape: "
-        f"add_checkpoint_items(model=...) saves '<name>_state_dict'), found keys "
-        f"{sorted(ckpt)[:12]}. Save registered items as '<name>_state_dict'.")
-
-
-def snapshot_file(path: Path | None) -> dict[str, Any] | None:
-    """Identity and content of a checkpoint file, loaded weights-only; None when absent."""
-    if path is None:
-        return None
-    stat = path.stat()
-    out: dict[str, Any] = {"path": str(path), "mtime_ns": stat.st_mtime_ns, "size": stat.st_size}
-    content, error = load_dict(path)
-    if content is None:
-        out["error"] = error
-        return out
-    epoch, step = content.get("epoch"), content.get("train_step")
-    out["epoch"] = epoch if isinstance(epoch, int) else None
-    out["step"] = step if isinstance(step, int) else None
-    try:
-        out["weights"] = encode(plain_weights(model_state_of(content)))
-    except AdapterError as e:
-        out["error"] = str(e)
-    return out
-
-
-def pool_with_torchmetrics(total: float, count: float,
-                           device: torch.device | None = None) -> float:
-    """The task's "torchmetrics" score: every rank's total and count summed by two synced
-    torchmetrics ``SumMetric``s, NaN kept (``nan_strategy="disable"``), then total / count
-    (NaN when no rank counted). Two sums rather than a weighted ``MeanMetric``: torchmetrics
-    1.9's MeanMetric drops the weight when nan_strategy="disable". Every adapter scoring a
-    "torchmetrics" task pools through this, so the metric library is the same for all."""
-    from torchmetrics.aggregation import SumMetric
-
-    sums = [SumMetric(nan_strategy="disable").to(device or "cpu") for _ in range(2)]
-    sums[0].update(torch.tensor(total, dtype=torch.float64))
-    sums[1].update(torch.tensor(count, dtype=torch.float64))
-    pooled_total, pooled_count = (float(m.compute()) for m in sums)
-    return math.nan if pooled_count == 0 else pooled_total / pooled_count
-
-
-def task_data(task: Task, seed: int) -> dict[str, TensorDataset]:
-    g = torch.Generator().manual_seed(1234 + seed)
-    splits = {}
-    for name, n in (("train", task.n_train), ("val", task.n_val), ("test", task.n_test)):
-        x = torch.randn(n, task.features, generator=g)
-        w = torch.arange(1, task.features + 1, dtype=torch.float32)
-        y = ((x @ w) > 0).long() % task.classes
-        splits[name] = TensorDataset(x, y)
-    splits["eval"] = TensorDataset(torch.empty(0, task.features), torch.empty(0, dtype=torch.long))
-    return splits
-
-
-def task_model(task: Task) -> torch.nn.Module:
-    if task.hidden:
-        return torch.nn.Sequential(torch.nn.Linear(task.features, task.hidden), torch.nn.Tanh(),
-                                   torch.nn.Linear(task.hidden, task.classes))
-    return torch.nn.Linear(task.features, task.classes)
+_EVAL_LOADERS = ("val_loader", "test_loader", "eval_loader")
 
 
 def _cfg(cfg: Any, dotted: str, default: Any = None) -> Any:
@@ -156,177 +80,216 @@ def _cfg(cfg: Any, dotted: str, default: Any = None) -> Any:
     return node
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Run:
+    """What the probe's steps share: the scenario it trains and the context it records to."""
+
+    scenario: Scenario
+    ctx: RunContext
+
+    @property
+    def task(self) -> Task:
+        return self.scenario.task
+
+
 def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any]:
     """A subclass of ``base`` that trains the scenario's task and records what the base does."""
-    task = scenario.task
+    run = _Run(scenario=scenario, ctx=ctx)
 
     class Probe(base):  # type: ignore[misc]
         _trained_this_run = False
 
         def setup(self, ckpt: dict[str, Any] | None) -> None:
-            seed = int(_cfg(self.cfg, "seed", 0))
-            splits = task_data(task, seed)
-            model = task_model(task)
-            if ckpt is not None:
-                model.load_state_dict(model_state_of(ckpt))
-            self.model = self.make_ddp(model)
-            world = int(self.world_size)
-            self._sampler: DistributedSampler[Any] | None = None
-            if world > 1:
-                self._sampler = DistributedSampler(splits["train"], num_replicas=world,
-                                                   rank=int(self.rank), shuffle=task.shuffle,
-                                                   seed=seed)
-                self.train_loader = DataLoader(splits["train"], batch_size=task.batch_size,
-                                               sampler=self._sampler)
-            else:
-                self.train_loader = DataLoader(splits["train"], batch_size=task.batch_size,
-                                               shuffle=task.shuffle)
-            self.val_loader = DataLoader(splits["val"], batch_size=task.batch_size)
-            self.test_loader = DataLoader(splits["test"], batch_size=task.batch_size)
-            if task.empty_eval_split:
-                self.eval_loader = DataLoader(splits["eval"], batch_size=task.batch_size)
-            self.optimizer = self._optimizer()
-            num_epochs = int(_cfg(self.cfg, "num_epochs", 1))
-            total_steps = max(1, len(self.train_loader) * max(num_epochs, 1))
-            items: dict[str, Any] = {"model": self.model, "optimizer": self.optimizer}
-            if task.scheduler:
-                self.scheduler = torch.optim.lr_scheduler.LinearLR(
-                    self.optimizer, start_factor=1.0, end_factor=0.1, total_iters=total_steps)
-                items["scheduler"] = self.scheduler
-            if task.extra_scheduler:
-                self.scheduler2 = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=3)
-                items["scheduler2"] = self.scheduler2
-            self.add_checkpoint_items(**items)
-            self._final = plain_weights(self.model.state_dict())
-            ctx.emit({
-                "ev": "setup", "ckpt_given": ckpt is not None, "train_len_seen":
-                len(self.train_loader), "schedule_steps": total_steps,
-                "epoch": int(self.epoch), "train_step": int(self.train_step),
-                "cfg_seen": {
-                    "num_epochs": num_epochs,
-                    "grad_accum_steps": _cfg(self.cfg, "grad_accum_steps"),
-                    "ckpt.enable": _cfg(self.cfg, "ckpt.enable"),
-                    "save_preds.enable": _cfg(self.cfg, "save_preds.enable"),
-                    "wandb.mode": _cfg(self.cfg, "wandb.mode"),
-                },
-            })
-
-        def _optimizer(self) -> torch.optim.Optimizer:
-            module = self.model.module if hasattr(self.model, "module") else self.model
-            params = list(module.parameters())
-            groups: list[dict[str, Any]] = [{"params": params}]
-            if task.extra_param_group:
-                groups = [{"params": params[:-1]}, {"params": params[-1:], "lr": task.lr / 2}]
-            if task.optimizer == "sgd":
-                return torch.optim.SGD(groups, lr=task.lr, momentum=0.9)
-            return torch.optim.Adam(groups, lr=task.lr)
-
-        def _state(self) -> dict[str, Any]:
-            state: dict[str, Any] = {
-                "weights": plain_weights(self.model.state_dict()),
-                "optimizer": self.optimizer.state_dict(),
-                "rng": rng_digests(),
-            }
-            if task.scheduler:
-                state["scheduler"] = self.scheduler.state_dict()
-            return state
-
-        def _best_snapshot(self) -> dict[str, Any] | None:
-            if self.rank != 0:
-                return None
-            return snapshot_file(newest_file(ctx.ckpt_root, "best.pt"))
-
-        def _visible_last_epoch(self) -> int | None:
-            snap = snapshot_file(newest_file(ctx.ckpt_root, "last.pt"))
-            return None if snap is None else snap.get("epoch")
+            _setup(self, run, ckpt)
 
         def train_epoch(self) -> None:
-            epoch = int(self.epoch)
-            ctx.crash_point("train_start", epoch)
-            self._trained_this_run = True
-            ctx.emit({"ev": "train_start", "epoch": epoch, "train_step": int(self.train_step),
-                      "state": encode(self._state()),
-                      "last_file_epoch": self._visible_last_epoch(),
-                      "best_file": self._best_snapshot()})
-            if self._sampler is not None:
-                self._sampler.set_epoch(epoch)
-            accum = int(_cfg(self.cfg, "grad_accum_steps", 1))
-            device = self.device
-            self.model.train()
-            batches = steps = 0
-            for i, (x, y) in enumerate(self.train_loader):
-                _draw_host_rngs()  # as a data pipeline's augmentations would
-                loss = functional.cross_entropy(self.model(x.to(device)), y.to(device)) / accum
-                loss.backward()  # type: ignore[no-untyped-call]
-                batches += 1
-                if (i + 1) % accum == 0:  # no flush of a partial window: debug must force 1
-                    self.clip_and_log_grad_norm(self.model)
-                    self.optimizer.step()
-                    if task.scheduler:
-                        self.scheduler.step()
-                    self.optimizer.zero_grad()
-                    self.train_step += 1
-                    steps += 1
-            self.optimizer.zero_grad()
-            self._final = plain_weights(self.model.state_dict())
-            loaders = {n: getattr(self, n, None) for n in ("val_loader", "test_loader",
-                                                           "eval_loader")}
-            ctx.emit({"ev": "train_end", "epoch": epoch, "train_step": int(self.train_step),
-                      "batches": batches, "optimizer_steps": steps,
-                      "loader_len": len(self.train_loader),
-                      "loader_batch_size": getattr(self.train_loader, "batch_size", None),
-                      "loader_lens": {n: (None if v is None else len(v))
-                                      for n, v in loaders.items()},
-                      "loader_batches": {n: (None if v is None else sum(1 for _ in v))
-                                         for n, v in loaders.items()}})
-            ctx.crash_point("train_end", epoch)
+            _train_epoch(self, run)
 
         def val_epoch(self) -> bool:
-            epoch = int(self.epoch)
-            phase = "epoch" if self._trained_this_run else "first"
-            if phase == "epoch":
-                ctx.crash_point("val_start", epoch)
-            total, count = scenario.scores.pairs(None if phase == "first" else epoch,
-                                                 int(self.rank))
-            score = self._pool(total, count)
-            weights = plain_weights(self.model.state_dict())
-            improved = bool(self.save_if_best(score))
-            best = self._best_snapshot()
-            if phase == "epoch":
-                ctx.crash_point("val_after_save", epoch)
-            stop = bool(self.step_patience(improved))
-            ctx.emit({"ev": "val", "epoch": epoch, "phase": phase, "score": score,
-                      "improved": improved, "stop": stop, "weights": encode(weights),
-                      "best_file": best})
-            return stop
-
-        def _pool(self, total: float, count: float) -> float:
-            if task.metric == "local":
-                return math.nan if count == 0 else total / count
-            if task.metric == "torchmetrics":
-                return pool_with_torchmetrics(total, count, self.device)
-            return float(self.reduce_mean(total, count))
+            return _val_epoch(self, run)
 
         def test(self) -> None:
-            best = self.best_model
-            if best is not None:
-                target = self.model
-                try:
-                    target.load_state_dict(best)
-                except RuntimeError:  # best kept without the DDP wrapper's prefix
-                    getattr(target, "module", target).load_state_dict(best)
-            ctx.emit({"ev": "test", "used_best": best is not None,
-                      "weights": encode(plain_weights(self.model.state_dict()))})
+            _test(self, run)
 
-        def probe_end(self) -> dict[str, Any]:
+        def probe_end(self) -> RunEnd:
+            """The run's end, once ``train()`` returned (the adapter records it)."""
             best = self.best_model
-            return {"ev": "end", "epoch": int(self.epoch), "train_step": int(self.train_step),
-                    "best_file": self._best_snapshot(),
-                    "final_weights": encode(self._final),
-                    "best_model": None if best is None else encode(plain_weights(best))}
+            return RunEnd(train_step=int(self.train_step), best_file=_best_snapshot(self, run),
+                          final_weights=self._final,
+                          best_model=None if best is None else plain_weights(best))
 
     Probe.__name__ = Probe.__qualname__ = f"Probe[{base.__name__}]"
     return Probe
+
+
+# ------------------------------------------------------------------------------ set-up
+
+
+def _setup(trainer: Any, run: _Run, ckpt: Mapping[str, object] | None) -> None:
+    """Model (loaded from ``ckpt`` by the probe itself), loaders, optimizer, schedules."""
+    task, cfg = run.task, trainer.cfg
+    seed = int(_cfg(cfg, "seed", 0))
+    splits = task_data(task, seed)
+    model = task_model(task)
+    if ckpt is not None:
+        model.load_state_dict(model_state_of(ckpt))
+    trainer.model = trainer.make_ddp(model)
+    _make_loaders(trainer, task, splits, seed)
+    module = trainer.model.module if hasattr(trainer.model, "module") else trainer.model
+    trainer.optimizer = task_optimizer(task, module.parameters())
+    num_epochs = int(_cfg(cfg, "num_epochs", 1))
+    total_steps = max(1, len(trainer.train_loader) * max(num_epochs, 1))
+    items: dict[str, object] = {"model": trainer.model, "optimizer": trainer.optimizer}
+    schedules = iter(task_schedulers(task, trainer.optimizer, total_steps))
+    if task.scheduler:
+        trainer.scheduler = items["scheduler"] = next(schedules)
+    if task.extra_scheduler:
+        trainer.scheduler2 = items["scheduler2"] = next(schedules)
+    trainer.add_checkpoint_items(**items)
+    trainer._final = plain_weights(trainer.model.state_dict())
+    mode, preds = _cfg(cfg, "wandb.mode"), _cfg(cfg, "save_preds.enable")
+    run.ctx.record(Setup(
+        epoch=int(trainer.epoch), train_step=int(trainer.train_step),
+        train_len=len(trainer.train_loader),
+        config=ConfigSeen(wandb_mode=None if mode is None else str(mode),
+                          save_preds_enable=None if preds is None else bool(preds))))
+
+
+def _make_loaders(trainer: Any, task: Task, splits: dict[str, TensorDataset], seed: int) -> None:
+    """The train loader (sharded by a DistributedSampler on several ranks) and the
+    evaluation loaders; the empty ``eval`` split only when the task asks for it."""
+    world = int(trainer.world_size)
+    trainer._sampler = None
+    if world > 1:
+        trainer._sampler = DistributedSampler(splits["train"], num_replicas=world,
+                                              rank=int(trainer.rank), shuffle=task.shuffle,
+                                              seed=seed)
+        trainer.train_loader = DataLoader(splits["train"], batch_size=task.batch_size,
+                                          sampler=trainer._sampler)
+    else:
+        trainer.train_loader = DataLoader(splits["train"], batch_size=task.batch_size,
+                                          shuffle=task.shuffle)
+    trainer.val_loader = DataLoader(splits["val"], batch_size=task.batch_size)
+    trainer.test_loader = DataLoader(splits["test"], batch_size=task.batch_size)
+    if task.empty_eval_split:
+        trainer.eval_loader = DataLoader(splits["eval"], batch_size=task.batch_size)
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def _train_epoch(trainer: Any, run: _Run) -> None:
+    """One epoch: crash point, the state it starts from, the batches, what the loaders say."""
+    epoch, ctx = int(trainer.epoch), run.ctx
+    ctx.crash_point("train_start", epoch)
+    trainer._trained_this_run = True
+    schedules = [trainer.scheduler] if run.task.scheduler else []
+    ctx.record(TrainStart(epoch=epoch, train_step=int(trainer.train_step),
+                          state=trainer_state(trainer.model, trainer.optimizer, schedules),
+                          last_file_epoch=_visible_last_epoch(run),
+                          best_file=_best_snapshot(trainer, run)))
+    if trainer._sampler is not None:
+        trainer._sampler.set_epoch(epoch)
+    batches, steps = _train_batches(trainer, run.task)
+    trainer._final = plain_weights(trainer.model.state_dict())
+    loaders = {n: getattr(trainer, n, None) for n in _EVAL_LOADERS}
+    ctx.record(TrainEnd(
+        epoch=epoch, train_step=int(trainer.train_step), batches=batches,
+        optimizer_steps=steps, loader_len=len(trainer.train_loader),
+        loader_batch_size=getattr(trainer.train_loader, "batch_size", None),
+        eval_lens={n: (None if v is None else len(v)) for n, v in loaders.items()},
+        eval_batches={n: (None if v is None else sum(1 for _ in v))
+                      for n, v in loaders.items()}))
+    ctx.crash_point("train_end", epoch)
+
+
+def _train_batches(trainer: Any, task: Task) -> tuple[int, int]:
+    """The epoch's batches, stepping every ``grad_accum_steps``: (batches, optimizer steps)."""
+    accum = int(_cfg(trainer.cfg, "grad_accum_steps", 1))
+    device, model = trainer.device, trainer.model
+    model.train()
+    batches = steps = 0
+    for i, (x, y) in enumerate(trainer.train_loader):
+        draw_host_rngs()  # as a data pipeline's augmentations would
+        loss = functional.cross_entropy(model(x.to(device)), y.to(device)) / accum
+        loss.backward()  # type: ignore[no-untyped-call]
+        batches += 1
+        if (i + 1) % accum == 0:  # no flush of a partial window: debug must force 1
+            trainer.clip_and_log_grad_norm(model)
+            trainer.optimizer.step()
+            if task.scheduler:
+                trainer.scheduler.step()
+            trainer.optimizer.zero_grad()
+            trainer.train_step += 1
+            steps += 1
+    trainer.optimizer.zero_grad()
+    return batches, steps
+
+
+# -------------------------------------------------------------------- validation, test
+
+
+def _val_epoch(trainer: Any, run: _Run) -> bool:
+    """Score as the scenario says, let the base decide, record its verdicts once final."""
+    epoch, ctx = int(trainer.epoch), run.ctx
+    phase: Phase = "epoch" if trainer._trained_this_run else "first"
+    if phase == "epoch":
+        ctx.crash_point("val_start", epoch)
+    total, count = run.scenario.scores.pairs(None if phase == "first" else epoch,
+                                             int(trainer.rank))
+    score = _pool(trainer, run.task, total, count)
+    weights = plain_weights(trainer.model.state_dict())
+    improved = bool(trainer.save_if_best(score))
+    best = _best_snapshot(trainer, run)
+    if phase == "epoch":
+        ctx.crash_point("val_after_save", epoch)
+    stop = bool(trainer.step_patience(improved))
+    ctx.record(Validation(epoch=epoch, phase=phase, score=score, improved=improved, stop=stop,
+                          weights=weights, best_file=best))
+    return stop
+
+
+def _pool(trainer: Any, task: Task, total: float, count: float) -> float:
+    if task.metric == "local":
+        return math.nan if count == 0 else total / count
+    if task.metric == "torchmetrics":
+        return pool_with_torchmetrics(total, count, trainer.device)
+    return float(trainer.reduce_mean(total, count))
+
+
+def _test(trainer: Any, run: _Run) -> None:
+    """Test on ``best_model`` when the base kept one, on the current weights otherwise."""
+    best = trainer.best_model
+    if best is not None:
+        target = trainer.model
+        try:
+            target.load_state_dict(best)
+        except RuntimeError:  # best kept without the DDP wrapper's prefix
+            getattr(target, "module", target).load_state_dict(best)
+    run.ctx.record(TestPass(weights=plain_weights(trainer.model.state_dict())))
+
+
+# --------------------------------------------------------------------- files as seen now
+
+
+def _best_snapshot(trainer: Any, run: _Run) -> FileSnapshot | None:
+    if trainer.rank != 0:
+        return None
+    return snapshot_file(newest_file(run.ctx.ckpt_root, "best.pt"))
+
+
+def _epoch_only(content: Mapping[str, object]
+                ) -> tuple[int | None, int | None, Mapping[str, object]]:
+    # only the epoch is wanted: a last.pt whose weights the probe cannot find still says it
+    return as_int(content.get("epoch")), None, {}
+
+
+def _visible_last_epoch(run: _Run) -> int | None:
+    snap = snapshot_file(newest_file(run.ctx.ckpt_root, "last.pt"), read=_epoch_only)
+    return None if snap is None else snap.epoch
+
+
+# ------------------------------------------------------------------------- crash points
 
 
 def interrupt(how: str, stall_s: float = 0.0) -> None:

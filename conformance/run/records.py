@@ -48,6 +48,8 @@ __all__ = [
     "decode",
     "encode",
     "from_json",
+    "from_legacy_event",
+    "kind_of",
     "to_json",
 ]
 
@@ -164,6 +166,8 @@ class Validation:
 class TestPass:
     """The test pass ran, on these weights."""
 
+    __test__ = False  # not a pytest test class, though tests import it by its name
+
     weights: Weights
 
 
@@ -268,9 +272,14 @@ def decode(obj: object) -> object:
     return obj
 
 
+def kind_of(record: Record) -> str:
+    """The record's kind as its JSON line names it (``"train_start"``, ``"val"``, ...)."""
+    return _KIND_OF[type(record)]
+
+
 def to_json(record: Record) -> dict[str, object]:
     """One record as a JSON-able dict tagged with its kind (``"ev"``)."""
-    out: dict[str, object] = {"ev": _KIND_OF[type(record)]}
+    out: dict[str, object] = {"ev": kind_of(record)}
     for f in fields(record):
         out[f.name] = _to_plain(getattr(record, f.name))
     return out
@@ -298,6 +307,29 @@ def from_json(data: object) -> Record:
     reader = _Reader(str(kind), data)
     built = _BUILDERS[cls](reader)
     return built
+
+
+# the event dicts ``RunContext.emit`` took before records, under their old key names; goes
+# with ``emit`` once every producer records
+_LEGACY_KEYS = {"setup": {"train_len_seen": "train_len", "cfg_seen": "config"},
+                "train_end": {"loader_lens": "eval_lens", "loader_batches": "eval_batches"}}
+_LEGACY_CONFIG = {"wandb.mode": "wandb_mode", "save_preds.enable": "save_preds_enable"}
+
+
+def from_legacy_event(event: Mapping[str, object]) -> Record:
+    """The record an old-style event dict stands for (``emit``'s argument).
+
+    Raises:
+        RecordError: as :func:`from_json` does.
+    """
+    data = dict(event)
+    for old, new in _LEGACY_KEYS.get(str(data.get("ev")), {}).items():
+        if old in data and new not in data:
+            data[new] = data.pop(old)
+    config = data.get("config")
+    if data.get("ev") == "setup" and isinstance(config, Mapping):
+        data["config"] = {_LEGACY_CONFIG.get(str(k), str(k)): v for k, v in config.items()}
+    return from_json(data)
 
 
 class _Reader:

@@ -1,9 +1,9 @@
-"""Traces: what a trainer did in one run, as data.
+"""Traces: what a trainer did in one run, as typed records.
 
-A worker records events as JSON lines while the trainer runs (so a run that is killed still
-leaves what it did up to the kill); :func:`parse_rank` turns them into typed views. Tensors
-travel as JSON lists: float32 values round-trip exactly through Python floats, so bitwise
-comparisons stay bitwise. Checkpoint files are listed after the run and loaded with
+A run's child writes one JSON line per record while the trainer runs (so a run that is killed
+still leaves what it did up to the kill); :func:`read_records` reads them back and
+:func:`parse_rank` groups them into one rank's view: its set-up, training epochs, validations,
+test passes, end and writes. Checkpoint files are listed after the run and loaded with
 ``weights_only=True``; nothing a trainer wrote is ever unpickled unsafely.
 """
 
@@ -18,102 +18,123 @@ from typing import Any, Literal
 
 import torch
 
+from trainspec.conformance.run.records import (
+    Crash,
+    FileRecord,
+    FileSnapshot,
+    Record,
+    RecordError,
+    RunEnd,
+    RunError,
+    RunExit,
+    Setup,
+    TestPass,
+    TrainEnd,
+    TrainerState,
+    TrainStart,
+    Validation,
+    Weights,
+    Write,
+    encode,
+    from_json,
+    kind_of,
+)
+from trainspec.conformance.run.records import decode as _decode
+
 __all__ = [
-    "BestFile",
+    "MALFORMED",
     "FileRecord",
     "RankTrace",
     "RunStatus",
     "Trace",
     "TrainEpoch",
-    "Validation",
     "Weights",
     "decode",
     "encode",
     "first_difference",
-    "read_events",
+    "parse_rank",
+    "read_records",
 ]
 
-Weights = dict[str, torch.Tensor]
 RunStatus = Literal["completed", "raised", "killed", "exited", "timeout", "lost"]
+# the type of the RunError standing for a line that is JSON but no record (the adapter's fault)
+MALFORMED = RecordError.__name__
 
 
-def encode(obj: Any) -> Any:
-    """A JSON-able form of nested containers of tensors, numbers and strings."""
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu()
-        return {"__tensor__": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-                "data": t.reshape(-1).tolist()}
-    if isinstance(obj, Mapping):
-        return {str(k): encode(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [encode(v) for v in obj]
-    if obj is None or isinstance(obj, bool | int | float | str):
-        return obj
-    return repr(obj)
+def decode(obj: object) -> Any:
+    """Deprecated: :func:`trainspec.conformance.run.records.decode`, untyped, for the adapter
+    tests that still read event dicts (goes with ``RunContext.emit``)."""
+    return _decode(obj)
 
 
-def decode(obj: Any) -> Any:
-    """Inverse of :func:`encode` (tuples come back as lists)."""
-    if isinstance(obj, dict):
-        if "__tensor__" in obj:
-            dtype = getattr(torch, obj["__tensor__"])
-            return torch.tensor(obj["data"], dtype=dtype).reshape(obj["shape"])
-        return {k: decode(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [decode(v) for v in obj]
-    return obj
+def read_records(path: Path) -> list[Record]:
+    """Every record of a rank's records file, in order.
 
-
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """Every complete JSON line of an events file; a line torn by a kill is dropped."""
-    events: list[dict[str, Any]] = []
+    A line that is not JSON (torn by a kill) is dropped. A line that is JSON but no record
+    becomes a :class:`RunError` of type :data:`MALFORMED`, ``ours``: the judge goes on, and the
+    run's verdict names the record and the field (see :func:`parse_rank`).
+    """
+    records: list[Record] = []
     if not path.exists():
-        return events
-    for line in path.read_text(errors="replace").splitlines():
+        return records
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         try:
-            event = json.loads(line)
+            data = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BestFile:
-    """The newest ``best.pt`` as seen right after a validation: identity and content."""
-
-    path: str
-    mtime_ns: int
-    size: int
-    epoch: int | None
-    step: int | None
-    weights: Weights | None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Validation:
-    epoch: int  # the trainer's ``epoch`` attribute during the validation
-    phase: Literal["first", "epoch"]  # before any training of this run, or after an epoch
-    score: float  # the pooled score the trainer computed on this rank
-    improved: bool
-    stop: bool  # the verdict step_patience returned
-    weights: Weights  # the model's weights when validated
-    best_file: BestFile | None
+        try:
+            records.append(from_json(data))
+        except RecordError as e:
+            records.append(RunError(type=MALFORMED, message=str(e), ours=True,
+                                    traceback=f"line {number} of {path.name}: {line[:500]}"))
+    return records
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainEpoch:
-    epoch: int
-    start_step: int
-    end_step: int | None  # None: the run died inside the epoch
-    batches: int | None
-    optimizer_steps: int | None
-    loader_len: int | None
-    state: dict[str, Any]  # at the epoch's start: weights, optimizer, scheduler, rng digests
-    last_file_epoch: int | None  # epoch field of last.pt as visible at the start, if any
-    best_file: BestFile | None  # the newest best.pt as visible at the start (rank 0)
+    """One training epoch: its start and, unless the run died inside it, its end."""
+
+    start: TrainStart
+    end: TrainEnd | None = None
+
+    @property
+    def epoch(self) -> int:
+        return self.start.epoch
+
+    @property
+    def start_step(self) -> int:
+        return self.start.train_step
+
+    @property
+    def end_step(self) -> int | None:
+        return None if self.end is None else self.end.train_step
+
+    @property
+    def batches(self) -> int | None:
+        return None if self.end is None else self.end.batches
+
+    @property
+    def optimizer_steps(self) -> int | None:
+        return None if self.end is None else self.end.optimizer_steps
+
+    @property
+    def loader_len(self) -> int | None:
+        return None if self.end is None else self.end.loader_len
+
+    @property
+    def state(self) -> TrainerState:
+        """At the epoch's start: weights, optimizer, scheduler, RNG digests."""
+        return self.start.state
+
+    @property
+    def last_file_epoch(self) -> int | None:
+        """The epoch last.pt recorded as visible at the start, if any."""
+        return self.start.last_file_epoch
+
+    @property
+    def best_file(self) -> FileSnapshot | None:
+        """The newest best file as visible at the start (rank 0)."""
+        return self.start.best_file
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,13 +145,13 @@ class RankTrace:
     status: RunStatus
     error: str  # one line: exception type and message, or how the process ended
     detail: str  # a traceback, or the stack of a stuck process
-    events: tuple[dict[str, Any], ...]
-    setup: dict[str, Any] | None
-    train_epochs: tuple[TrainEpoch, ...]
-    validations: tuple[Validation, ...]
-    tests: tuple[dict[str, Any], ...]
-    end: dict[str, Any] | None
-    writes: tuple[str, ...]  # checkpoint-folder paths this rank's process wrote to
+    records: tuple[Record, ...] = ()
+    setup: Setup | None = None
+    train_epochs: tuple[TrainEpoch, ...] = ()
+    validations: tuple[Validation, ...] = ()
+    tests: tuple[TestPass, ...] = ()
+    end: RunEnd | None = None
+    writes: tuple[Write, ...] = ()  # checkpoint-folder writes this rank's process made
 
     @property
     def epochs_trained(self) -> list[int]:
@@ -138,57 +159,37 @@ class RankTrace:
 
     @property
     def best_model(self) -> Weights | None:
-        if self.end is None:
-            return None
-        return self.end.get("best_model")
+        return None if self.end is None else self.end.best_model
 
     @property
     def final_weights(self) -> Weights | None:
-        return None if self.end is None else self.end.get("final_weights")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FileRecord:
-    """A file left under the run's checkpoint folder, as its adapter describes it.
-
-    ``role`` is "last", "best" or "epoch" for a checkpoint, None for anything else;
-    ``keys``/``types`` are its top-level entries; ``error`` says why it does not load
-    (weights-only). ``holds``, when the adapter gives it, names what the file holds in the
-    spec's terms, whatever the framework's own key names: any of "epoch", "step", "run_id",
-    "config", "model", "optimizer", "scheduler" (CKPT-1 then judges it instead of the seed's
-    key names).
-    """
-
-    relpath: str
-    size: int
-    mtime_ns: int
-    role: str | None = None
-    epoch: int | None = None
-    step: int | None = None
-    keys: tuple[str, ...] = ()
-    types: dict[str, str] = field(default_factory=dict)
-    error: str | None = None
-    holds: tuple[str, ...] | None = None
+        return None if self.end is None else self.end.final_weights
 
     @property
-    def name(self) -> str:
-        return Path(self.relpath).name
+    def crashes(self) -> tuple[Crash, ...]:
+        """The crash points the harness triggered on this rank."""
+        return tuple(r for r in self.records if isinstance(r, Crash))
 
-    @classmethod
-    def from_json(cls, entry: Mapping[str, Any]) -> FileRecord:
-        def integer(value: object) -> int | None:
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
+    @property
+    def errors(self) -> tuple[RunError, ...]:
+        """How the adapter's run raised, and any record that did not decode."""
+        return tuple(r for r in self.records if isinstance(r, RunError))
 
-        role = entry.get("role")
-        return cls(relpath=str(entry["relpath"]), size=int(entry.get("size", 0)),
-                   mtime_ns=int(entry.get("mtime_ns", 0)),
-                   role=role if role in ("last", "best", "epoch") else None,
-                   epoch=integer(entry.get("epoch")), step=integer(entry.get("step")),
-                   keys=tuple(str(k) for k in entry.get("keys", ())),
-                   types={str(k): str(v) for k, v in dict(entry.get("types", {})).items()},
-                   error=None if entry.get("error") is None else str(entry["error"]),
-                   holds=None if entry.get("holds") is None
-                   else tuple(str(h) for h in entry["holds"]))
+    @property
+    def is_ours(self) -> bool:
+        """The suite or the adapter broke, not the trainer: an error raised there, a record
+        that did not decode, or a worker lost."""
+        return self.status == "lost" or any(e.ours for e in self.errors)
+
+    @property
+    def ended_at(self) -> float | None:
+        """When the adapter's run raised or exited (the first such record), if it did."""
+        return next((r.t for r in self.records if isinstance(r, RunError | RunExit)), None)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kind of each record, in order."""
+        return [kind_of(r) for r in self.records]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,79 +219,36 @@ class Trace:
         return [f for f in self.files if f.role == role]
 
 
-def parse_rank(rank: int, events: Sequence[dict[str, Any]], status: RunStatus, error: str,
+def parse_rank(rank: int, records: Sequence[Record], status: RunStatus, error: str,
                detail: str) -> RankTrace:
-    """Typed views over one rank's events."""
-    setup = None
+    """One rank's view over its records.
+
+    A record that did not decode makes the rank ``raised`` (unless it timed out or its worker
+    was lost), with the decoding error as its error: the adapter broke its contract, and every
+    check judging this run says so rather than judging a trace with a hole in it.
+    """
+    malformed = next((r for r in records if isinstance(r, RunError) and r.type == MALFORMED),
+                     None)
+    if malformed is not None and status not in ("timeout", "lost"):
+        status, error = "raised", f"{MALFORMED}: {malformed.message}".splitlines()[0][:300]
+        detail = malformed.traceback
     epochs: list[TrainEpoch] = []
-    validations: list[Validation] = []
-    tests: list[dict[str, Any]] = []
-    end = None
-    writes: list[str] = []
-    open_epoch: dict[str, Any] | None = None
-    for ev in events:
-        kind = ev.get("ev")
-        if kind == "setup":
-            setup = ev
-        elif kind == "train_start":
-            if open_epoch is not None:
-                epochs.append(_epoch(open_epoch, None))
-            open_epoch = ev
-        elif kind == "train_end" and open_epoch is not None:
-            epochs.append(_epoch(open_epoch, ev))
-            open_epoch = None
-        elif kind == "val":
-            validations.append(_validation(ev))
-        elif kind == "test":
-            tests.append({**ev, "weights": decode(ev.get("weights"))})
-        elif kind == "end":
-            end = {k: decode(v) for k, v in ev.items()}
-        elif kind == "write":
-            writes.append(str(ev.get("path")))
-    if open_epoch is not None:
-        epochs.append(_epoch(open_epoch, None))
-    return RankTrace(rank=rank, status=status, error=error, detail=detail, events=tuple(events),
-                     setup=setup, train_epochs=tuple(epochs), validations=tuple(validations),
-                     tests=tuple(tests), end=end, writes=tuple(writes))
+    for r in records:
+        if isinstance(r, TrainStart):
+            epochs.append(TrainEpoch(start=r))
+        elif isinstance(r, TrainEnd) and epochs and epochs[-1].end is None:
+            epochs[-1] = TrainEpoch(start=epochs[-1].start, end=r)
+    return RankTrace(
+        rank=rank, status=status, error=error, detail=detail, records=tuple(records),
+        setup=next((r for r in reversed(records) if isinstance(r, Setup)), None),
+        train_epochs=tuple(epochs),
+        validations=tuple(r for r in records if isinstance(r, Validation)),
+        tests=tuple(r for r in records if isinstance(r, TestPass)),
+        end=next((r for r in reversed(records) if isinstance(r, RunEnd)), None),
+        writes=tuple(r for r in records if isinstance(r, Write)))
 
 
-def _epoch(start: dict[str, Any], end: dict[str, Any] | None) -> TrainEpoch:
-    last = start.get("last_file_epoch")
-    return TrainEpoch(
-        epoch=int(start["epoch"]), start_step=int(start["train_step"]),
-        end_step=None if end is None else int(end["train_step"]),
-        batches=None if end is None else int(end["batches"]),
-        optimizer_steps=None if end is None else int(end["optimizer_steps"]),
-        loader_len=None if end is None else int(end["loader_len"]),
-        state=decode(start.get("state", {})),
-        last_file_epoch=last if isinstance(last, int) else None,
-        best_file=_best_file(start.get("best_file")),
-    )
-
-
-def _validation(ev: dict[str, Any]) -> Validation:
-    best_file = _best_file(ev.get("best_file"))
-    score = ev.get("score")
-    return Validation(epoch=int(ev["epoch"]), phase=ev["phase"],
-                      score=math.nan if score is None else float(score),
-                      improved=bool(ev["improved"]), stop=bool(ev["stop"]),
-                      weights=decode(ev.get("weights", {})), best_file=best_file)
-
-
-def _best_file(best: object) -> BestFile | None:
-    if not isinstance(best, dict):
-        return None
-    return BestFile(path=str(best["path"]), mtime_ns=int(best["mtime_ns"]),
-                    size=int(best["size"]), epoch=best.get("epoch"), step=best.get("step"),
-                    weights=decode(best.get("weights")), error=best.get("error"))
-
-
-def end_best_file(end: dict[str, Any] | None) -> BestFile | None:
-    """The newest best.pt as the run ended (rank 0)."""
-    return None if end is None else _best_file(end.get("best_file"))
-
-
-def first_difference(expected: Mapping[str, Any], observed: Mapping[str, Any],
+def first_difference(expected: Mapping[str, object], observed: Mapping[str, object],
                      prefix: str = "") -> str | None:
     """The first differing entry of two nested states, as one line; None when bitwise equal."""
     for key in sorted(set(expected) | set(observed)):
@@ -305,7 +263,7 @@ def first_difference(expected: Mapping[str, Any], observed: Mapping[str, Any],
     return None
 
 
-def _difference(a: Any, b: Any, where: str) -> str | None:
+def _difference(a: object, b: object, where: str) -> str | None:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{where}: shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}"
