@@ -14,7 +14,6 @@ from pathlib import Path
 from trainspec.adapters.ignite_files import describe_ignite_files
 from trainspec.adapters.ignite_run import IgniteRun
 from trainspec.conformance.run.adapter import Capability, RunContext
-from trainspec.conformance.run.records import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 
 __all__ = ["IgniteAdapter"]
@@ -107,7 +106,7 @@ class IgniteAdapter:
         installed sources; paths relative to site-packages)."""
         return dict(_SOURCES)
 
-    def describe_checkpoints(self, root: Path) -> list[FileRecord]:
+    def describe_checkpoints(self, root: Path) -> list[dict[str, object]]:
         """Every file under ``root``: ``best_model_<g>_score=<s>.pt``, ``checkpoint_<i>.pt``
         and ``epoch_checkpoint_<i>.pt`` mapped to the roles "best", "last" and "epoch".
 
@@ -116,7 +115,8 @@ class IgniteAdapter:
         model's weights only (its ``step`` stays None: Ignite records none there). ``step`` is
         the trainer's ``iteration``.
         """
-        return describe_ignite_files(root)
+        # as JSON: the worker sends the entries on as they are (FileRecord.to_json)
+        return [record.to_json() for record in describe_ignite_files(root)]
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
         if ctx.world_size == 1:

@@ -162,7 +162,7 @@ class IgniteRun:
         self.train_batch_size = train_loader.batch_size
         return train_loader
 
-    def build_trainer(self, total_steps: int) -> dict[str, Any]:
+    def build_trainer(self, total_steps: int) -> dict[str, object]:
         """The model, optimizer, trainer engine and LR schedule handlers; returns what the last
         Checkpoint saves."""
         import ignite.distributed as idist
@@ -177,7 +177,7 @@ class IgniteRun:
         self.trainer = trainer = create_supervised_trainer(
             model, optimizer, functional.cross_entropy, device=self.device,
             gradient_accumulation_steps=int(self.get("grad_accum_steps")))
-        to_save: dict[str, Any] = {"model": model, "optimizer": optimizer}
+        to_save: dict[str, object] = {"model": model, "optimizer": optimizer}
         self.schedulers = task_schedulers(task, optimizer, total_steps)
         for i, scheduler in enumerate(self.schedulers):
             handler = LRScheduler(scheduler)
@@ -200,7 +200,7 @@ class IgniteRun:
         trainer.add_event_handler(Events.ITERATION_COMPLETED, self.count_batch)
         trainer.add_event_handler(Events.EPOCH_COMPLETED, self.train_end)
 
-    def attach_validation(self, to_save: dict[str, Any]) -> None:
+    def attach_validation(self, to_save: dict[str, object]) -> None:
         """The evaluator, its score metric, the best Checkpoint and EarlyStopping on its
         COMPLETED (in that order, with the suite's crash point between the two), and the
         trainer's events that run it."""
@@ -244,7 +244,7 @@ class IgniteRun:
         self.memory = {}
         return _memory_saver(self.memory)
 
-    def attach_checkpoints(self, to_save: dict[str, Any]) -> dict[str, Any]:
+    def attach_checkpoints(self, to_save: dict[str, object]) -> dict[str, object]:
         """The last and periodic Checkpoints on the trainer's EPOCH_COMPLETED, after the
         validation; returns what a resume loads."""
         from ignite.engine import Events
@@ -266,7 +266,7 @@ class IgniteRun:
                 filename_prefix="epoch", n_saved=None))
         return to_load
 
-    def load(self, to_load: dict[str, Any]) -> None:
+    def load(self, to_load: dict[str, object]) -> None:
         """Resume: every saved object back; finetune: the model's weights into a fresh run."""
         from ignite.handlers import Checkpoint
 

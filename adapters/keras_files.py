@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from trainspec.conformance.run.files import Role, describe_files, error_line, top_level
+from trainspec.conformance.run.files import Role, describe_files, error_line
 from trainspec.conformance.run.records import FileRecord, FileSnapshot, Weights
 
 __all__ = ["BACKUP_DIR", "BACKUP_WEIGHTS", "BEST_FILE", "PERIODIC_PATTERN", "WeightNames",
@@ -80,30 +80,28 @@ def _read(path: Path, record: FileRecord) -> FileRecord:
     run's config; Keras records no run id, and its schedules hold no state to save."""
     import h5py  # type: ignore[import-untyped]
 
+    keys: tuple[str, ...] = ()
+    types: dict[str, str] = {}
     try:
-        keys: dict[str, Any] = {}
         if path.suffix == ".keras":
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
-            keys = {"keys": sorted(names), "types": dict.fromkeys(names, "file")}
+            keys, types = tuple(sorted(names)), dict.fromkeys(names, "file")
         with h5py.File(_h5_bytes(path), "r") as h5:
             if path.suffix != ".keras":
-                keys = top_level(dict(h5.items()))
+                keys = tuple(sorted(h5.keys()))
+                types = {k: type(v).__name__ for k, v in h5.items()}
             step = _stored_step(h5)
             has_model, has_optimizer = "layers" in h5, "optimizer" in h5
     except Exception as e:  # the file is what is being judged: record, do not raise
-        return dataclasses.replace(record, error=error_line(e), **_entries(keys))
+        return dataclasses.replace(record, keys=keys, types=types, error=error_line(e))
     # a .keras archive (config.json, metadata.json, model.weights.h5) stores no epoch;
     # BackupAndRestore keeps its epoch beside its weights
     epoch = backup_epoch(path) if path.name == BACKUP_WEIGHTS else None
     present = {"epoch": epoch is not None, "step": step is not None, "model": has_model,
                "optimizer": has_optimizer}
-    return dataclasses.replace(record, epoch=epoch, step=step, **_entries(keys),
+    return dataclasses.replace(record, epoch=epoch, step=step, keys=keys, types=types,
                                holds=tuple(name for name, held in present.items() if held))
-
-
-def _entries(keys: dict[str, Any]) -> dict[str, Any]:
-    return {"keys": tuple(keys.get("keys", ())), "types": keys.get("types", {})}
 
 
 def describe_keras_files(root: Path) -> list[FileRecord]:

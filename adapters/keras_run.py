@@ -324,7 +324,7 @@ class KerasRun:
                 task.lr, decay_steps=total_steps, end_learning_rate=task.lr * 0.1, power=1.0)
         accum = int(self.get("grad_accum_steps"))
         decay = float(self.get("weight_decay") or 0.0)
-        common: dict[str, Any] = {
+        common: dict[str, object] = {
             "learning_rate": lr, "global_clipnorm": self.get("grad_clip"),
             "gradient_accumulation_steps": accum if accum > 1 else None,
             "weight_decay": decay or None}

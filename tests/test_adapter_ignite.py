@@ -17,10 +17,10 @@ import torch
 
 from tests.adapter_runs import check_clauses
 from trainspec.adapters.ignite import IgniteAdapter
-from trainspec.adapters.ignite_files import file_role, progress
+from trainspec.adapters.ignite_files import describe_ignite_files, file_role, progress
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.run.memory import MemoryContext
-from trainspec.conformance.run.records import Record, RunEnd, Validation, from_json
+from trainspec.conformance.run.records import RunEnd, Validation
 
 pytest.importorskip("ignite")
 
@@ -94,7 +94,9 @@ def test_files_ignite_writes_are_described_by_role_epoch_and_step(tmp_path: Path
     ctx = MemoryContext(tmp_path)
     adapter = IgniteAdapter()
     adapter.run(s, ctx)
-    entries = {e.relpath: e for e in adapter.describe_checkpoints(tmp_path)}
+    described = describe_ignite_files(tmp_path)
+    assert adapter.describe_checkpoints(tmp_path) == [e.to_json() for e in described]
+    entries = {e.relpath: e for e in described}
     roles = {name: e.role for name, e in entries.items()}
     assert roles == {"best_model_2_score=0.8000.pt": "best", "checkpoint_18.pt": "last",
                      "epoch_checkpoint_12.pt": "epoch"}, roles
@@ -107,10 +109,9 @@ def test_files_ignite_writes_are_described_by_role_epoch_and_step(tmp_path: Path
     best = entries["best_model_2_score=0.8000.pt"]
     assert (best.epoch, best.step, best.keys) == (1, None, ("bias", "weight"))
     # the records agree with the files: epoch 1 improved, and the end reports its weights
-    records: list[Record] = [from_json(e) for e in ctx.events]
-    vals = [r for r in records if isinstance(r, Validation)]
+    vals = [r for r in ctx.records if isinstance(r, Validation)]
     assert [(v.epoch, v.improved) for v in vals] == [(0, True), (1, True), (2, False)]
-    end = next(r for r in records if isinstance(r, RunEnd))
+    end = next(r for r in ctx.records if isinstance(r, RunEnd))
     assert end.best_file is not None
     assert end.best_file.epoch == 1
     assert end.best_model is not None

@@ -19,9 +19,8 @@ import torch
 
 from tests.adapter_runs import check_clauses
 from trainspec.conformance.checks.common import make_scenario
-from trainspec.conformance.run import records  # TestPass by name would be collected by pytest
 from trainspec.conformance.run.memory import MemoryContext
-from trainspec.conformance.run.records import Record, RunEnd, Validation, from_json
+from trainspec.conformance.run.records import Record, RunEnd, TestPass, Validation
 
 # the adapter runs Keras on its torch backend (Keras's own default, tensorflow, is not installed)
 os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -55,7 +54,7 @@ def test_importing_the_adapter_does_not_import_keras() -> None:
 
 
 def _records(ctx: MemoryContext, kind: type[R]) -> list[R]:
-    return [r for r in (from_json(e) for e in ctx.events) if isinstance(r, kind)]
+    return [r for r in ctx.records if isinstance(r, kind)]
 
 
 @pytest.mark.filterwarnings(NUMPY_COPY)
@@ -78,10 +77,14 @@ def test_a_run_reports_keras_decisions_and_describes_its_files(tmp_path: Path) -
     assert best_model.keys() == validated.keys() == {"linear/kernel", "linear/bias"}
     assert all(torch.equal(best_model[k], validated[k]) for k in best_model)
     # the test pass ran on the best model ModelCheckpoint saved
-    test = _records(ctx, records.TestPass)[0]
+    test = _records(ctx, TestPass)[0]
     assert all(torch.equal(test.weights[k], validated[k]) for k in validated)
 
-    files = {f.relpath: f for f in adapter.describe_checkpoints(tmp_path)}
+    from trainspec.adapters.keras_files import describe_keras_files
+
+    described = describe_keras_files(tmp_path)
+    assert adapter.describe_checkpoints(tmp_path) == [f.to_json() for f in described]
+    files = {f.relpath: f for f in described}
     assert {k: f.role for k, f in files.items()} == {
         "backup/latest.weights.h5": "last", "backup/training_metadata.json": None,
         "best.keras": "best", "epoch01.keras": "epoch", "epoch02.keras": "epoch",
@@ -110,7 +113,7 @@ class _RunsCode:
 
 
 def test_describe_reads_damaged_and_foreign_files_without_running_them(tmp_path: Path) -> None:
-    from trainspec.adapters.keras import KerasAdapter
+    from trainspec.adapters.keras_files import describe_keras_files
 
     marker = tmp_path / "code-ran"
     (tmp_path / "backup").mkdir()
@@ -118,7 +121,7 @@ def test_describe_reads_damaged_and_foreign_files_without_running_them(tmp_path:
     torch.save({"payload": _RunsCode(str(marker))}, tmp_path / "best.keras")
     torch.save({"payload": _RunsCode(str(marker))}, tmp_path / "backup" / "latest.weights.h5")
     (tmp_path / "epoch01.keras").write_bytes(b"PK\x03\x04 truncated")
-    files = {f.relpath: f for f in KerasAdapter().describe_checkpoints(tmp_path)}
+    files = {f.relpath: f for f in describe_keras_files(tmp_path)}
     assert not marker.exists()
     assert files["best.keras"].role == "best"
     assert "model.weights.h5" in (files["best.keras"].error or "")
