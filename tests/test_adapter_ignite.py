@@ -16,9 +16,11 @@ import pytest
 import torch
 
 from tests.adapter_runs import check_clauses
-from trainspec.adapters.ignite import IgniteAdapter, _progress, _role
+from trainspec.adapters.ignite import IgniteAdapter
+from trainspec.adapters.ignite_files import describe_ignite_files, file_role, progress
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.run.memory import MemoryContext
+from trainspec.conformance.run.records import RunEnd, Validation
 
 pytest.importorskip("ignite")
 
@@ -71,18 +73,18 @@ def test_importing_the_adapter_does_not_import_ignite() -> None:
     ("best.pt", None),
 ])
 def test_checkpoint_files_map_to_their_roles(name: str, role: str | None) -> None:
-    assert _role(name) == role
+    assert file_role(name) == role
 
 
 def test_progress_reads_zero_based_epochs_and_ignite_iterations() -> None:
     trainer_state = {"trainer": {"epoch_length": 6, "iteration": 18, "max_epochs": 5}}
-    assert _progress("checkpoint_18.pt", trainer_state) == (2, 18)
-    assert _progress("epoch_checkpoint_18.pt", trainer_state) == (2, 18)
+    assert progress("checkpoint_18.pt", trainer_state) == (2, 18)
+    assert progress("epoch_checkpoint_18.pt", trainer_state) == (2, 18)
     # the best file holds bare weights: the epoch comes from its name, no step exists
     weights = {"weight": torch.zeros(2, 2)}
-    assert _progress("best_model_3_score=0.5000.pt", weights) == (2, None)
-    assert _progress("best_model_0_score=0.1000.pt", weights) == (-1, None)
-    assert _progress("checkpoint_18.pt", {"model": weights}) == (None, None)
+    assert progress("best_model_3_score=0.5000.pt", weights) == (2, None)
+    assert progress("best_model_0_score=0.1000.pt", weights) == (-1, None)
+    assert progress("checkpoint_18.pt", {"model": weights}) == (None, None)
 
 
 @pytest.mark.filterwarnings(TORCH_JIT_DEPRECATED)
@@ -92,22 +94,26 @@ def test_files_ignite_writes_are_described_by_role_epoch_and_step(tmp_path: Path
     ctx = MemoryContext(tmp_path)
     adapter = IgniteAdapter()
     adapter.run(s, ctx)
-    entries = {e["relpath"]: e for e in adapter.describe_checkpoints(tmp_path)}
-    roles = {name: e["role"] for name, e in entries.items()}
+    described = describe_ignite_files(tmp_path)
+    assert adapter.describe_checkpoints(tmp_path) == [e.to_json() for e in described]
+    entries = {e.relpath: e for e in described}
+    roles = {name: e.role for name, e in entries.items()}
     assert roles == {"best_model_2_score=0.8000.pt": "best", "checkpoint_18.pt": "last",
                      "epoch_checkpoint_12.pt": "epoch"}, roles
     last = entries["checkpoint_18.pt"]
-    assert (last["epoch"], last["step"], last["error"]) == (2, 18, None)
+    assert (last.epoch, last.step, last.error) == (2, 18, None)
     assert {"model", "optimizer", "lr_scheduler", "trainer", "best_checkpoint",
-            "checkpointer"} <= set(last["keys"])
-    assert (entries["epoch_checkpoint_12.pt"]["epoch"], entries["epoch_checkpoint_12.pt"]
-            ["step"]) == (1, 12)
+            "checkpointer"} <= set(last.keys)
+    assert (entries["epoch_checkpoint_12.pt"].epoch, entries["epoch_checkpoint_12.pt"]
+            .step) == (1, 12)
     best = entries["best_model_2_score=0.8000.pt"]
-    assert (best["epoch"], best["step"], best["keys"]) == (1, None, ["bias", "weight"])
-    # the events agree with the files: epoch 1 improved, and the end reports its weights
-    vals = [(e["epoch"], e["improved"]) for e in ctx.events if e["ev"] == "val"]
-    assert vals == [(0, True), (1, True), (2, False)]
-    end = next(e for e in ctx.events if e["ev"] == "end")
-    assert end["best_file"]["epoch"] == 1
-    assert end["best_model"] == next(e for e in ctx.events
-                                     if e["ev"] == "val" and e["epoch"] == 1)["weights"]
+    assert (best.epoch, best.step, best.keys) == (1, None, ("bias", "weight"))
+    # the records agree with the files: epoch 1 improved, and the end reports its weights
+    vals = [r for r in ctx.records if isinstance(r, Validation)]
+    assert [(v.epoch, v.improved) for v in vals] == [(0, True), (1, True), (2, False)]
+    end = next(r for r in ctx.records if isinstance(r, RunEnd))
+    assert end.best_file is not None
+    assert end.best_file.epoch == 1
+    assert end.best_model is not None
+    assert end.best_model.keys() == vals[1].weights.keys()
+    assert all(torch.equal(end.best_model[k], vals[1].weights[k]) for k in end.best_model)

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import pytest
 import torch
@@ -20,13 +20,14 @@ import torch
 from tests.adapter_runs import check_clauses
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.run.memory import MemoryContext
-from trainspec.conformance.run.trace import decode
+from trainspec.conformance.run.records import Record, RunEnd, TestPass, Validation
 
 # the adapter runs Keras on its torch backend (Keras's own default, tensorflow, is not installed)
 os.environ.setdefault("KERAS_BACKEND", "torch")
 pytest.importorskip("keras")
 
 TARGET = "trainspec.adapters.keras:KerasAdapter"
+R = TypeVar("R", bound=Record)
 # keras 3.15 turns its torch tensors and variables into numpy arrays with np.array(x), and
 # numpy 2 warns that their __array__ lacks a `copy` keyword (keras/src/backend/torch/core.py,
 # keras/src/backend/common/variables.py)
@@ -52,8 +53,8 @@ def test_importing_the_adapter_does_not_import_keras() -> None:
     assert proc.stdout.strip() == "keras"
 
 
-def _events(ctx: MemoryContext, kind: str) -> list[dict[str, Any]]:
-    return [e for e in ctx.events if e.get("ev") == kind]
+def _records(ctx: MemoryContext, kind: type[R]) -> list[R]:
+    return [r for r in ctx.records if isinstance(r, kind)]
 
 
 @pytest.mark.filterwarnings(NUMPY_COPY)
@@ -66,34 +67,39 @@ def test_a_run_reports_keras_decisions_and_describes_its_files(tmp_path: Path) -
     ctx = MemoryContext(tmp_path)
     adapter.run(s, ctx)
 
-    vals = _events(ctx, "val")
-    assert [(v["epoch"], v["improved"], v["stop"]) for v in vals] == [
+    vals = _records(ctx, Validation)
+    assert [(v.epoch, v.improved, v.stop) for v in vals] == [
         (0, True, False), (1, False, False), (2, True, False)]
-    end = _events(ctx, "end")[0]
-    assert end["train_step"] == 18  # 24 samples in batches of 4, 3 epochs
-    best_model, validated = decode(end["best_model"]), decode(vals[2]["weights"])
+    end = _records(ctx, RunEnd)[0]
+    assert end.train_step == 18  # 24 samples in batches of 4, 3 epochs
+    best_model, validated = end.best_model, vals[2].weights
+    assert best_model is not None
     assert best_model.keys() == validated.keys() == {"linear/kernel", "linear/bias"}
     assert all(torch.equal(best_model[k], validated[k]) for k in best_model)
-    test = _events(ctx, "test")[0]
-    assert test["used_best"] is True
-    assert all(torch.equal(decode(test["weights"])[k], validated[k]) for k in validated)
+    # the test pass ran on the best model ModelCheckpoint saved
+    test = _records(ctx, TestPass)[0]
+    assert all(torch.equal(test.weights[k], validated[k]) for k in validated)
 
-    files = {f["relpath"]: f for f in adapter.describe_checkpoints(tmp_path)}
-    assert {k: f["role"] for k, f in files.items()} == {
+    from trainspec.adapters.keras_files import describe_keras_files
+
+    described = describe_keras_files(tmp_path)
+    assert adapter.describe_checkpoints(tmp_path) == [f.to_json() for f in described]
+    files = {f.relpath: f for f in described}
+    assert {k: f.role for k, f in files.items()} == {
         "backup/latest.weights.h5": "last", "backup/training_metadata.json": None,
         "best.keras": "best", "epoch01.keras": "epoch", "epoch02.keras": "epoch",
         "epoch03.keras": "epoch"}
     last = files["backup/latest.weights.h5"]
-    assert (last["epoch"], last["step"], last["error"]) == (2, 18, None)
-    assert last["keys"] == ["layers", "optimizer", "vars"]
+    assert (last.epoch, last.step, last.error) == (2, 18, None)
+    assert last.keys == ("layers", "optimizer", "vars")
     # in the spec's terms: no run id, no run config (CKPT-1 judges these names)
-    assert last["holds"] == ["epoch", "step", "model", "optimizer"]
+    assert last.holds == ("epoch", "step", "model", "optimizer")
     best = files["best.keras"]
     # a .keras archive stores no epoch; the optimizer's iteration counter is the step
-    assert (best["epoch"], best["step"], best["error"]) == (None, 18, None)
-    assert best["keys"] == ["config.json", "metadata.json", "model.weights.h5"]
-    assert best["holds"] == ["step", "model", "optimizer"]
-    assert files["epoch01.keras"]["step"] == 6
+    assert (best.epoch, best.step, best.error) == (None, 18, None)
+    assert best.keys == ("config.json", "metadata.json", "model.weights.h5")
+    assert best.holds == ("step", "model", "optimizer")
+    assert files["epoch01.keras"].step == 6
 
 
 class _RunsCode:
@@ -107,7 +113,7 @@ class _RunsCode:
 
 
 def test_describe_reads_damaged_and_foreign_files_without_running_them(tmp_path: Path) -> None:
-    from trainspec.adapters.keras import KerasAdapter
+    from trainspec.adapters.keras_files import describe_keras_files
 
     marker = tmp_path / "code-ran"
     (tmp_path / "backup").mkdir()
@@ -115,10 +121,10 @@ def test_describe_reads_damaged_and_foreign_files_without_running_them(tmp_path:
     torch.save({"payload": _RunsCode(str(marker))}, tmp_path / "best.keras")
     torch.save({"payload": _RunsCode(str(marker))}, tmp_path / "backup" / "latest.weights.h5")
     (tmp_path / "epoch01.keras").write_bytes(b"PK\x03\x04 truncated")
-    files = {f["relpath"]: f for f in KerasAdapter().describe_checkpoints(tmp_path)}
+    files = {f.relpath: f for f in describe_keras_files(tmp_path)}
     assert not marker.exists()
-    assert files["best.keras"]["role"] == "best"
-    assert "model.weights.h5" in files["best.keras"]["error"]
-    assert files["backup/latest.weights.h5"]["role"] == "last"
-    assert files["backup/latest.weights.h5"]["error"]
-    assert files["epoch01.keras"]["error"].startswith("BadZipFile")
+    assert files["best.keras"].role == "best"
+    assert "model.weights.h5" in (files["best.keras"].error or "")
+    assert files["backup/latest.weights.h5"].role == "last"
+    assert files["backup/latest.weights.h5"].error
+    assert (files["epoch01.keras"].error or "").startswith("BadZipFile")

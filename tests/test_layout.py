@@ -30,8 +30,9 @@ RULES: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
 # adapter builds an omegaconf config, lazily, for classes that take one
 EXTRA = {"reference/example.py": {"torchmetrics"}, "adapters/base_trainer.py": {"omegaconf"},
          "adapters/lightning.py": {"lightning"}, "adapters/ignite.py": {"ignite"},
+         "adapters/ignite_run.py": {"ignite"},
          "adapters/hf.py": {"transformers", "safetensors", "torchmetrics"},
-         "adapters/keras.py": {"keras", "h5py"}}
+         "adapters/keras_run.py": {"keras"}, "adapters/keras_files.py": {"h5py"}}
 # optional everywhere, imported inside a function only: numpy's RNG is saved when numpy exists
 OPTIONAL = frozenset({"numpy"})
 
