@@ -21,8 +21,8 @@ import pytest
 from tests.guides.tiny_adapter import TinyAdapter
 from trainspec.conformance import plugin
 from trainspec.conformance.cli import _build_parser
+from trainspec.conformance.report.json_io import to_json
 from trainspec.conformance.report.specdocs import main as specdocs_main
-from trainspec.conformance.report.writers import to_json
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import ClauseResult, Report, Verdict
 
