@@ -138,6 +138,11 @@ def _build_parser() -> _Parser:
     explain.add_argument("clause_id", metavar="ID", help="a clause ID such as RES-3")
     explain.set_defaults(func=_cmd_explain)
 
+    _add_matrix_command(sub)
+    return parser
+
+
+def _add_matrix_command(sub: argparse._SubParsersAction[_Parser]) -> None:
     matrix = sub.add_parser("matrix", help="check every installed built-in target side by side",
                             description="Run `check` on every built-in target whose adapter "
                             "and framework are installed; write matrix.json, matrix.md and "
@@ -155,7 +160,6 @@ def _build_parser() -> _Parser:
                         help="then compare every verdict with a published matrix.json (e.g. "
                         "docs/matrix.json): list each difference and exit 1 if any")
     matrix.set_defaults(func=_cmd_matrix)
-    return parser
 
 
 def _add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:

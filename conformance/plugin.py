@@ -8,9 +8,10 @@ fails with the evidence line; ``n/a`` skips with the reason; a harness error or 
 ERROR (the check could not judge); a declared deviation is a strict xfail, so a deviation that
 no longer fails shows as XPASS(strict) and can be removed.
 
-Nothing heavy is imported at module level: torch, the checks and the harness load when the
-options are given. Each pytest process (each xdist worker) starts its own harness on its first
-item and closes it when pytest unconfigures.
+Nothing heavy is imported at module level: the options come from the torch-free table
+:data:`trainspec.conformance.api.OPTIONS`, and the plan (with it the checks, and torch) is
+built only when they are given. Each pytest process (each xdist worker) starts its own harness
+on its first item and closes it when pytest unconfigures.
 """
 
 from __future__ import annotations

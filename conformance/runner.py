@@ -1,4 +1,4 @@
-"""The runner: resolve a target, run the selected checks, and judge every clause.
+"""The runner: carry out a plan (its checks on its target) and judge every clause.
 
 Every clause of the spec appears in every report: a clause without a check comes out ``error``
 ("no check yet"), a clause not selected comes out ``n/a`` ("not selected"), and a clause whose
