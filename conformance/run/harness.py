@@ -52,6 +52,10 @@ __all__ = ["AdapterRuns", "AdapterSpec", "Harness", "PropertyOutcome", "World"]
 
 Backend = Literal["gloo", "nccl"]
 
+# job folders are numbered across every world of the process: worlds of several adapters and
+# sizes share one scratch folder
+_JOBS = itertools.count()
+
 _REPLY_MARGIN_S = 15.0  # the worker bounds its child; this covers the stack dump and the kill
 
 
@@ -66,7 +70,6 @@ class World:
         self.size, self.root, self.adapter, self.fresh = size, root, adapter, fresh
         self._spawn = spawn or WorkerProcess
         self.workers: list[WorkerProcess] = []
-        self._jobs = itertools.count()
         self._runs = 0
         self._start()
 
@@ -111,7 +114,7 @@ class World:
         if self.fresh and self._runs:
             self.restart()  # fresh-process mode: nothing of an earlier run can leak into this one
         self._runs += 1
-        job_dir = self.root / f"job{next(self._jobs)}-{scenario.name}"[:120]
+        job_dir = self.root / f"job{next(_JOBS)}-{scenario.name}"[:120]
         job_dir.mkdir(parents=True)
         ckpt_root.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
@@ -149,7 +152,7 @@ class World:
     def run_property(self, name: str, *, runner: str, max_examples: int,
                      timeout_s: float) -> PropertyOutcome:
         """A hypothesis property run next to the trainer in one bounded child (one rank)."""
-        job_dir = self.root / f"job{next(self._jobs)}-property-{name}"
+        job_dir = self.root / f"job{next(_JOBS)}-property-{name}"
         job_dir.mkdir(parents=True)
         worker = self.workers[0]
         worker.send(Property(name=name, runner=runner, max_examples=max_examples,
