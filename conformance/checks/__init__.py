@@ -7,6 +7,7 @@ from trainspec.conformance.checks.base import (
     CheckFailed,
     CheckSpec,
     NotApplicable,
+    Runs,
     check,
     run_check,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "CheckFailed",
     "CheckSpec",
     "NotApplicable",
+    "Runs",
     "best",
     "check",
     "checks_by_clause",
