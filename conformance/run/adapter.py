@@ -101,7 +101,7 @@ class DescribesCheckpoints(Protocol):
     train_step.
     """
 
-    def describe_checkpoints(self, root: Path) -> Sequence[Mapping[str, Any]]: ...
+    def describe_checkpoints(self, root: Path) -> Sequence[Mapping[str, object]]: ...
 
 
 @runtime_checkable
