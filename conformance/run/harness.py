@@ -1,7 +1,9 @@
 """The harness: worlds of worker processes that run scenarios, bounded in time.
 
-A :class:`World` is one worker process per rank, started once and reused for every scenario
-(imports are paid once; each run is a fork). A multi-rank run gets the torchrun environment
+A :class:`World` is one worker process per rank, bound to one adapter when it starts and
+reused for every scenario (imports are paid once; each run is a fork); it speaks the typed
+requests and replies of :mod:`trainspec.conformance.run.protocol`, and a run's reply brings the
+files the run left. A multi-rank run gets the torchrun environment
 (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``); its rendezvous store
 is hosted here, as torchrun's agent does (``TORCHELASTIC_USE_AGENT_STORE``), on a port the OS
 picks, so ranks never race to bind it and parallel suites never collide. Every run has a bound:
@@ -124,6 +126,9 @@ class World:
                 rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)} if env else {}
                 worker.send(Run(scenario=scenario.to_json(), rank=rank, job_dir=str(job_dir),
                                 ckpt_root=str(ckpt_root), timeout_s=timeout_s, env=rank_env,
+                                # rank 0 writes the checkpoints (a rank > 0 that writes is
+                                # DIST-4's finding, from the write watch): when its child has
+                                # ended, its worker describes what the run left
                                 preload=tuple(preload), describe_files=rank == 0))
             replies = self._collect(timeout_s)
         finally:
