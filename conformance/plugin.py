@@ -141,7 +141,7 @@ class TrainspecCollector(pytest.Collector):
     """The checks of the selected clauses, in registry order."""
 
     def collect(self) -> Iterable[pytest.Item]:
-        from trainspec.conformance.runner import selected_checks
+        from trainspec.conformance.checks import selected_checks
 
         plan = self.config.stash[_PLAN]
         # every check of the selected clauses, multi-rank ones too: under one rank they skip

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING
 import torch
 
 import trainspec
-from trainspec.conformance.checks import CHECKS, CheckContext, CheckSpec, run_check
+from trainspec.conformance.checks import (
+    CHECKS,
+    CheckContext,
+    CheckSpec,
+    run_check,
+    selected_checks,
+)
 from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.run.protocol import Description, InvalidDescription
 from trainspec.conformance.spec import clauses as registry
@@ -80,15 +86,6 @@ def open_context(target: Target, harness: Harness, *, world_size: int = 2,
                        world_size=world_size, target_args=target.reproducer_args,
                        max_examples=max_examples)
     return ctx, described
-
-
-def selected_checks(selected: Sequence[str], world_size: int | None) -> list[CheckSpec]:
-    """The checks verifying any of ``selected``, in registry order; multi-rank ones only with
-    several ranks (all of them when ``world_size`` is None)."""
-    chosen = set(selected)
-    several = world_size is None or world_size > 1
-    return [spec for spec in CHECKS.values()
-            if chosen.intersection(spec.clauses) and (several or not spec.multi_rank)]
 
 
 def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None,
