@@ -1,25 +1,137 @@
-"""The one-call API: ``trainspec.check(...) -> Report``."""
+"""The one-call API and the plan every entry point shares.
+
+:func:`plan` validates a run's options once into a frozen :class:`Plan`; :func:`run` carries it
+out; ``trainspec.check(...)`` is ``run(plan(...))``. The command line and the pytest plugin build
+their options from one table, :data:`OPTIONS`, and their plan with :func:`plan_from`.
+
+Importing this module costs no torch: the plugin reads :data:`OPTIONS` when pytest starts.
+"""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping
-from typing import Literal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, get_args
 
-from trainspec.conformance.runner import resolve_target, run_checks
+from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import CheckResult, Report
+from trainspec.conformance.targets import Target, resolve_target
 from trainspec.errors import UsageError
 
-__all__ = ["PROFILES", "Report", "check", "replay"]
+if TYPE_CHECKING:
+    from trainspec.conformance.checks import CheckSpec
+    from trainspec.conformance.report.matrix import ConformanceMatrix
+
+__all__ = [
+    "OPTIONS",
+    "PROFILES",
+    "Backend",
+    "Option",
+    "Plan",
+    "Profile",
+    "Report",
+    "check",
+    "check_matrix",
+    "option",
+    "plan",
+    "plan_from",
+    "replay",
+    "run",
+]
+
+Profile = Literal["fast", "ci"]
+Backend = Literal["gloo", "nccl"]
 
 # generated runs per property check: a derandomized fast default, and more for CI
-PROFILES = {"fast": 60, "ci": 250}
+PROFILES: dict[Profile, int] = {"fast": 60, "ci": 250}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """A run's options, validated: what to check, on what, and how."""
+
+    target: Target
+    clauses: tuple[str, ...]  # the selected clause IDs, in registry order
+    checks: tuple[CheckSpec, ...]  # the checks that will run, in registry order
+    world_size: int  # ranks of the multi-rank runs; 1 leaves them out
+    backend: Backend | None  # collective backend; None: the trainer picks
+    timeout_s: float  # the bound on every single run
+    workers: int  # families of checks run in this many parallel workers
+    profile: Profile
+    max_examples: int  # generated runs per property check
+    fresh: bool  # new worker processes for every run
+    deviations: Mapping[str, str] = field(default_factory=dict)  # clause ID -> reason
+    docs_url: str | None = None  # docs link template (spec.links.docs_link); None: default
+
+
+def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
+         clauses: str | None = None, world_size: int = 2, backend: str | None = None,
+         timeout_s: float = 60.0, workers: int = 1, profile: str = "fast",
+         fresh: bool = False, deviations: Mapping[str, str] | Path | None = None,
+         docs_url: str | None = None, max_examples: int | None = None) -> Plan:
+    """Validate a run's options once; every entry point runs from the plan this returns.
+
+    ``deviations`` is a mapping of clause IDs to reasons or the path of a deviations file;
+    ``max_examples`` overrides the profile's count.
+
+    Raises:
+        UsageError: an option is out of range, names an unknown clause, target or backend,
+            or the deviations file is wrong; the message names the option.
+    """
+    _require(world_size >= 1, f"--world-size: expected 1 or more, got {world_size}")
+    _require(workers >= 1, f"-n/--workers: expected 1 or more, got {workers}")
+    _require(timeout_s > 0, f"--timeout: expected more than 0 seconds, got {timeout_s}")
+    _require(profile in PROFILES, f"--profile: expected one of {', '.join(PROFILES)}, got "
+             f"{profile!r}")
+    _require(backend in (None, *get_args(Backend)),
+             f"--backend: expected gloo or nccl (or none: the trainer picks), got {backend!r}")
+    resolved = target if isinstance(target, Target) else resolve_target(target, base_trainer)
+    selected = registry.select(clauses)
+    declared = _deviations(deviations)
+    from trainspec.conformance.checks import selected_checks  # imports the checks: torch
+
+    chosen: Profile = "ci" if profile == "ci" else "fast"
+    return Plan(target=resolved, clauses=selected,
+                checks=tuple(selected_checks(selected, world_size)), world_size=world_size,
+                backend="gloo" if backend == "gloo" else "nccl" if backend == "nccl" else None,
+                timeout_s=float(timeout_s), workers=workers, profile=chosen,
+                max_examples=max_examples or PROFILES[chosen], fresh=fresh,
+                deviations=declared, docs_url=docs_url)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
+
+
+def _deviations(given: Mapping[str, str] | Path | None) -> dict[str, str]:
+    from trainspec.conformance.deviations import load_deviations
+
+    if given is None:
+        return {}
+    if isinstance(given, Path):
+        return load_deviations(given)
+    return {registry.get(k).id: v for k, v in given.items()}
+
+
+def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None) -> Report:
+    """Carry out ``plan``: every selected check on its target; one report, every clause.
+
+    ``on_result`` is called with each check's result as it completes (progress display).
+    """
+    from trainspec.conformance import runner
+
+    return runner.run(plan, on_result=on_result)
 
 
 def check(target: str | None = None, *, base_trainer: str | None = None,
           clauses: str | None = None, world_size: int = 2, timeout_s: float = 60.0,
           deviations: Mapping[str, str] | None = None,
           on_result: Callable[[CheckResult], None] | None = None, workers: int = 1,
-          profile: Literal["fast", "ci"] = "fast", fresh: bool = False) -> Report:
+          profile: Profile = "fast", fresh: bool = False,
+          backend: Backend | None = None) -> Report:
     """Check a trainer against every clause of the spec and return the report.
 
     Args:
@@ -34,13 +146,24 @@ def check(target: str | None = None, *, base_trainer: str | None = None,
         workers: families of checks run in this many parallel workers.
         profile: property checks generate 60 runs each (``fast``) or 250 (``ci``).
         fresh: new worker processes for every run (isolation over speed).
+        backend: collective backend of the multi-rank runs, ``"gloo"`` or ``"nccl"``;
+            None lets the trainer pick.
     """
-    if profile not in PROFILES:
-        raise UsageError(f"profile: expected one of {sorted(PROFILES)}, got {profile!r}")
-    return run_checks(resolve_target(target, base_trainer), clauses=clauses,
-                      world_size=world_size, timeout_s=timeout_s, deviations=deviations,
-                      on_result=on_result, workers=workers, fresh=fresh,
-                      max_examples=PROFILES[profile])
+    return run(plan(target, base_trainer=base_trainer, clauses=clauses, world_size=world_size,
+                    timeout_s=timeout_s, deviations=deviations, workers=workers,
+                    profile=profile, fresh=fresh, backend=backend), on_result=on_result)
+
+
+def check_matrix(names: list[str] | None = None, *, clauses: str | None = None,
+                 world_size: int = 2, timeout_s: float = 60.0, workers: int = 1,
+                 profile: Profile = "fast",
+                 progress: Callable[[str], None] | None = None) -> ConformanceMatrix:
+    """Check every installed built-in target (or those of ``names``) side by side; see
+    :func:`trainspec.conformance.matrix_run.check_targets`."""
+    from trainspec.conformance.matrix_run import check_targets
+
+    return check_targets(names, clauses=clauses, world_size=world_size, timeout_s=timeout_s,
+                         workers=workers, profile=profile, progress=progress)
 
 
 def replay(target: str | None = None, *, base_trainer: str | None = None, clause: str,
@@ -64,3 +187,103 @@ def replay(target: str | None = None, *, base_trainer: str | None = None, clause
         raise RunBroke(trace, s)
     match_decisions(clause, s, trace)
     print(f"{clause}: the trainer matches the oracle on this scenario")
+
+
+# ------------------------------------------------------------------------ the option table
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Option:
+    """One option of ``trainspec check`` and of the pytest plugin (``--trainspec-<name>``).
+
+    ``key`` is :func:`plan`'s keyword; ``flag`` the command line's spelling; the plugin
+    spells it ``--trainspec-`` and the flag's name.
+    """
+
+    key: str
+    flag: str
+    help: str
+    default: object = None
+    metavar: str | None = None
+    convert: Callable[[str], object] | None = None  # text -> value (argparse's ``type``)
+    choices: tuple[str, ...] | None = None
+    is_switch: bool = False  # present or not (store_true)
+    short: str | None = None  # the command line's one-letter spelling, e.g. -n
+    in_plugin: bool = True  # pytest-xdist owns -n: the plugin leaves workers out
+
+    @property
+    def plugin_flag(self) -> str:
+        return "--trainspec-" + self.flag.removeprefix("--")
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+
+
+_TARGETS = "reference (default), lightning, hf, ignite, keras, or MODULE:OBJECT naming an adapter"
+
+OPTIONS: tuple[Option, ...] = (
+    Option(key="target", flag="--target", metavar="TARGET",
+           help=f"the trainer to check: {_TARGETS}"),
+    Option(key="base_trainer", flag="--base-trainer", metavar="MODULE:CLASS",
+           help="check a base class in the seed's shape instead of a TARGET"),
+    Option(key="clauses", flag="--clauses", metavar="IDS_OR_FAMILIES",
+           help="comma-separated clause IDs or families, e.g. RES,PAT-5 (default: all)"),
+    Option(key="world_size", flag="--world-size", default=2, metavar="N",
+           convert=_whole_number, help="ranks of the multi-rank runs (default: 2; 1 skips "
+           "them)"),
+    Option(key="timeout_s", flag="--timeout", default=60.0, metavar="SECONDS",
+           convert=_seconds, help="bound on every single run, in seconds (default: 60)"),
+    Option(key="backend", flag="--backend", choices=get_args(Backend),
+           help="collective backend of the multi-rank runs (default: gloo on CPU, nccl when "
+           "CUDA has enough devices)"),
+    Option(key="deviations", flag="--deviations", metavar="FILE.toml", convert=Path,
+           help='declared deviations: a [deviations] table of "ID" = "reason" (under pytest '
+           "their checks become strict xfails)"),
+    Option(key="workers", flag="--workers", short="-n", default=1, metavar="WORKERS",
+           convert=_whole_number, in_plugin=False,
+           help="run families of checks in this many parallel workers (default 1)"),
+    Option(key="profile", flag="--profile", default="fast", choices=get_args(Profile),
+           help="property checks: fast (60 generated runs each, the default) or ci (250); "
+           "both derandomized, so a verdict is reproducible"),
+    Option(key="fresh", flag="--fresh-processes", is_switch=True, default=False,
+           help="start new worker processes for every run (isolation over speed)"),
+)
+
+
+def option(key: str) -> Option:
+    """The option of :func:`plan`'s keyword ``key``."""
+    return next(o for o in OPTIONS if o.key == key)
+
+
+def plan_from(value: Callable[[Option], object], *, docs_url: str | None = None) -> Plan:
+    """The plan of the options an entry point parsed; ``value(option)`` gives each one's
+    parsed value (or its default)."""
+    def text(key: str) -> str | None:
+        got = value(option(key))
+        return None if got is None else str(got)
+
+    def number(key: str) -> float:
+        got = value(option(key))
+        return float(got) if isinstance(got, int | float) else float(str(got))
+
+    deviations = value(option("deviations"))
+    return plan(text("target"), base_trainer=text("base_trainer"), clauses=text("clauses"),
+                world_size=int(number("world_size")), backend=text("backend"),
+                timeout_s=number("timeout_s"), workers=int(number("workers")),
+                profile=text("profile") or "fast", fresh=value(option("fresh")) is True,
+                deviations=None if deviations is None else Path(str(deviations)),
+                docs_url=docs_url)

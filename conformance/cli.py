@@ -17,12 +17,15 @@ import sys
 import textwrap
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
+from trainspec.conformance import api
+from trainspec.conformance.api import OPTIONS, Option, option
 from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.links import DOCS_URL_ENV
 from trainspec.errors import AdapterError, ConfigError, UsageError
 
 if TYPE_CHECKING:
@@ -30,9 +33,6 @@ if TYPE_CHECKING:
     from trainspec.conformance.spec.results import CheckResult, Report
 
 __all__ = ["main"]
-
-_TARGETS = "reference (default), lightning, hf, ignite, keras, or MODULE:OBJECT naming an adapter"
-
 
 class _Parser(argparse.ArgumentParser):
     """argparse with the project's error prefix; exits 2 on a usage error, as argparse does."""
@@ -109,13 +109,8 @@ def _build_parser() -> _Parser:
                            description="Run the checks of the selected clauses on a trainer; "
                            "print one line per clause and write the requested reports.")
     check.add_argument("target", nargs="?", default=None, metavar="TARGET",
-                       help=f"the trainer to check: {_TARGETS}")
-    _add_run_options(check)
-    check.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                       help="collective backend of the multi-rank runs (default: gloo on CPU, "
-                       "nccl when CUDA has enough devices)")
-    check.add_argument("--deviations", type=Path, metavar="FILE.toml",
-                       help='declared deviations: a [deviations] table of "ID" = "reason"')
+                       help=option("target").help)
+    _add_options(check, [o for o in OPTIONS if o.key != "target"])
     check.add_argument("--report", type=Path, metavar="FILE.json", help="write the JSON report")
     check.add_argument("--junit", type=Path, metavar="FILE.xml", help="write JUnit XML")
     check.add_argument("--markdown", type=Path, metavar="FILE.md", help="write a Markdown report")
@@ -131,13 +126,6 @@ def _build_parser() -> _Parser:
     check.add_argument("--badge", type=Path, metavar="FILE.json",
                        help="write a shields.io endpoint badge: passing clauses, green when "
                        "conformant, red when not")
-    check.add_argument("-n", "--workers", type=_positive_int, default=1, metavar="WORKERS",
-                       help="run families of checks in this many parallel workers (default 1)")
-    check.add_argument("--profile", choices=("fast", "ci"), default="fast",
-                       help="property checks: fast (60 generated runs each, the default) or ci "
-                       "(250); both derandomized, so a verdict is reproducible")
-    check.add_argument("--fresh-processes", action="store_true",
-                       help="start new worker processes for every run (isolation over speed)")
     check.set_defaults(func=_cmd_check)
 
     listing = sub.add_parser("list", help="every clause: ID, level, title",
@@ -151,6 +139,11 @@ def _build_parser() -> _Parser:
                          help="a clause ID such as RES-3, or a sentence ID such as RES-3.2")
     explain.set_defaults(func=_cmd_explain)
 
+    _add_matrix_command(sub)
+    return parser
+
+
+def _add_matrix_command(sub: argparse._SubParsersAction[_Parser]) -> None:
     matrix = sub.add_parser("matrix", help="check every installed built-in target side by side",
                             description="Run `check` on every built-in target whose adapter "
                             "and framework are installed; write matrix.json, matrix.md and "
@@ -162,72 +155,38 @@ def _build_parser() -> _Parser:
     matrix.add_argument("--targets", metavar="NAMES",
                         help="comma-separated built-in targets (default: all of "
                         "reference, lightning, hf, ignite, keras that are installed)")
-    _add_run_options(matrix, base_trainer=False)
-    matrix.add_argument("-n", "--workers", type=_positive_int, default=1, metavar="WORKERS",
-                        help="per target, run families of checks in this many parallel "
-                        "workers (default 1)")
-    matrix.add_argument("--profile", choices=("fast", "ci"), default="fast",
-                        help="property checks: fast (60 generated runs each) or ci (250)")
+    _add_options(matrix, [option(k) for k in ("clauses", "world_size", "timeout_s",
+                                              "workers", "profile")])
     matrix.add_argument("--compare", type=Path, metavar="MATRIX_JSON",
                         help="then compare every verdict with a published matrix.json (e.g. "
                         "docs/matrix.json): list each difference and exit 1 if any")
     matrix.set_defaults(func=_cmd_matrix)
-    return parser
 
 
-def _add_run_options(parser: argparse.ArgumentParser, *, base_trainer: bool = True) -> None:
-    if base_trainer:
-        parser.add_argument("--base-trainer", metavar="MODULE:CLASS",
-                            help="check a base class in the seed's shape instead of a TARGET")
-    parser.add_argument("--clauses", metavar="IDS_OR_FAMILIES",
-                        help="comma-separated clause IDs or families, e.g. RES,PAT-5 "
-                        "(default: all)")
-    parser.add_argument("--world-size", type=_positive_int, default=2, metavar="N",
-                        help="ranks of the multi-rank runs (default: 2; 1 skips them)")
-    parser.add_argument("--timeout", type=_positive_float, default=60.0, metavar="SECONDS",
-                        help="bound on every single run, in seconds (default: 60)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {text}")
-    return value
+def _add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
+    """The options of the shared table (the pytest plugin adds the same ones)."""
+    for o in options:
+        flags = [o.short, o.flag] if o.short else [o.flag]
+        if o.is_switch:
+            parser.add_argument(*flags, dest=o.key, action="store_true", help=o.help)
+        else:
+            parser.add_argument(*flags, dest=o.key, default=o.default, metavar=o.metavar,
+                                type=o.convert or str, choices=o.choices, help=o.help)
 
 
 # ---------------------------------------------------------------------------------- check
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from trainspec.conformance import api
-    from trainspec.conformance.deviations import load_deviations
-    from trainspec.conformance.report import writers as report
+    from trainspec.conformance.report import text
 
-    deviations = load_deviations(args.deviations) if args.deviations is not None else None
-    if args.backend is not None:
-        os.environ["TRAINSPEC_BACKEND"] = args.backend  # read by the harness's multi-rank runs
-    registry.select(args.clauses)  # a bad --clauses fails before any worker starts
-    baseline = _read_baseline(args)  # so does a bad --baseline
-    progress = _Progress(_planned_checks(args.clauses, args.world_size), sys.stderr)
-    result = api.check(args.target, base_trainer=args.base_trainer, clauses=args.clauses,
-                       world_size=args.world_size, timeout_s=args.timeout,
-                       deviations=deviations, on_result=progress, workers=args.workers,
-                       profile=args.profile, fresh=args.fresh_processes)
-    print(report.format_table(result, color=_use_color(sys.stdout)))
+    # the plan validates every option before any worker starts
+    plan = api.plan_from(lambda o: getattr(args, o.key),
+                         docs_url=os.environ.get(DOCS_URL_ENV))
+    baseline = _read_baseline(args.baseline, plan.target.label)  # so does a bad --baseline
+    result = api.run(plan, on_result=_Progress(len(plan.checks), sys.stderr))
+    print(text.format_table(result, color=_use_color(sys.stdout)))
     if args.verbose:
-        details = report.format_details(result)
+        details = text.format_details(result)
         if details:
             print("\n" + details)
     comparison = None
@@ -242,28 +201,27 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if result.conformant else 1
 
 
-def _read_baseline(args: argparse.Namespace) -> Baseline | None:
-    """The ``--baseline`` file, checked against the target this run names (no torch yet)."""
-    if args.baseline is None:
+def _read_baseline(path: Path | None, target: str) -> Baseline | None:
+    """The ``--baseline`` file, checked against the target this run names."""
+    if path is None:
         return None
     from trainspec.conformance.report.baseline import read_baseline
-    from trainspec.conformance.targets import resolve_target
 
-    baseline = read_baseline(args.baseline)
-    baseline.require_target(resolve_target(args.target, args.base_trainer).label)
+    baseline = read_baseline(path)
+    baseline.require_target(target)
     return baseline
 
 
 def _write_reports(result: Report, args: argparse.Namespace,
                    comparison: Comparison | None = None) -> None:
-    from trainspec.conformance.report import writers as report
+    from trainspec.conformance.report import json_io, junit, text
 
     if args.report is not None:
-        report.write_json(result, args.report)
+        json_io.write_json(result, args.report)
     if args.junit is not None:
-        report.write_junit(result, args.junit)
+        junit.write_junit(result, args.junit)
     if args.markdown is not None:
-        report.write_markdown(result, args.markdown, baseline=comparison)
+        text.write_markdown(result, args.markdown, baseline=comparison)
     if args.save_baseline is not None:
         from trainspec.conformance.report.baseline import write_baseline
 
@@ -274,16 +232,7 @@ def _write_reports(result: Report, args: argparse.Namespace,
         from trainspec.conformance.report.badge import write_badge
 
         write_badge(result, args.badge)
-    report.append_step_summary(result, baseline=comparison)
-
-
-def _planned_checks(clauses: str | None, world_size: int) -> int:
-    """How many checks the run will report (the runner's selection rule)."""
-    from trainspec.conformance.checks import CHECKS
-
-    chosen = set(registry.select(clauses))
-    return sum(1 for spec in CHECKS.values()
-               if chosen.intersection(spec.clauses) and (world_size > 1 or not spec.multi_rank))
+    text.append_step_summary(result, os.environ.get("GITHUB_STEP_SUMMARY"), baseline=comparison)
 
 
 class _Progress:
@@ -339,7 +288,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
     from trainspec.conformance.report import matrix as matrices
-    from trainspec.conformance.report.writers import format_summary
+    from trainspec.conformance.report.text import format_summary
 
     registry.select(args.clauses)  # a bad --clauses fails before any worker starts
     published = None
@@ -352,8 +301,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         published = matrices.from_json(raw, source=f"--compare {args.compare}")
     names = None if args.targets is None else [
         n.strip() for n in args.targets.split(",") if n.strip()]
-    result = matrices.check_targets(
-        names, clauses=args.clauses, world_size=args.world_size, timeout_s=args.timeout,
+    result = api.check_matrix(
+        names, clauses=args.clauses, world_size=args.world_size, timeout_s=args.timeout_s,
         workers=args.workers, profile=args.profile,
         progress=lambda line: print(line, file=sys.stderr, flush=True))
     if not result.reports:

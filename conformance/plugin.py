@@ -8,13 +8,15 @@ fails with the evidence line; ``n/a`` skips with the reason; a harness error or 
 ERROR (the check could not judge); a declared deviation is a strict xfail, so a deviation that
 no longer fails shows as XPASS(strict) and can be removed.
 
-Nothing heavy is imported at module level: torch, the checks and the harness load when the
-options are given. Each pytest process (each xdist worker) starts its own harness on its first
-item and closes it when pytest unconfigures.
+Nothing heavy is imported at module level: the options come from the torch-free table
+:data:`trainspec.conformance.api.OPTIONS`, and the plan (with it the checks, and torch) is
+built only when they are given. Each pytest process (each xdist worker) starts its own harness
+on its first item and closes it when pytest unconfigures.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +25,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from trainspec.conformance.api import Option, Plan
     from trainspec.conformance.checks import CheckContext
     from trainspec.conformance.run.harness import Harness
     from trainspec.conformance.spec.results import CheckResult
-    from trainspec.conformance.targets import Target
 
 __all__ = [
     "ClauseViolated",
@@ -39,38 +41,24 @@ __all__ = [
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from trainspec.conformance.api import OPTIONS  # torch-free
+
     group = parser.getgroup("trainspec", "trainspec conformance checks")
-    group.addoption("--trainspec-target", default=None, metavar="TARGET",
-                    help="check this target: reference, lightning, hf, ignite, keras, or "
-                    "MODULE:OBJECT naming an adapter")
-    group.addoption("--trainspec-base-trainer", default=None, metavar="MODULE:CLASS",
-                    help="check a base class in the seed's shape")
-    group.addoption("--trainspec-clauses", default=None, metavar="IDS_OR_FAMILIES",
-                    help="comma-separated clause IDs or families (default: all)")
-    group.addoption("--trainspec-deviations", default=None, metavar="FILE.toml",
-                    help='declared deviations: a [deviations] table of "ID" = "reason"; '
-                    "their checks become strict xfails")
-    group.addoption("--trainspec-world-size", type=int, default=2, metavar="N",
-                    help="ranks of the multi-rank checks (default: 2)")
-    group.addoption("--trainspec-timeout", type=float, default=60.0, metavar="SECONDS",
-                    help="bound on every single run (default: 60)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Settings:
-    target: Target
-    selected: tuple[str, ...]
-    deviations: dict[str, str]
-    world_size: int
-    timeout_s: float
+    for o in OPTIONS:
+        if not o.in_plugin:
+            continue
+        if o.is_switch:
+            group.addoption(o.plugin_flag, action="store_true", default=False, help=o.help)
+        else:
+            group.addoption(o.plugin_flag, default=o.default, metavar=o.metavar,
+                            type=o.convert or str, choices=o.choices, help=o.help)
 
 
 @dataclass(slots=True)
 class _Session:
     """The harness of this pytest process, started on the first item that needs it."""
 
-    settings: _Settings
-    target: Target
+    plan: Plan
     harness: Harness | None = None
     context: CheckContext | None = None
     broken: str | None = None  # why the harness could not start: every item errors with it
@@ -83,7 +71,7 @@ class _Session:
             except Exception as e:
                 self.broken = f"{type(e).__name__}: {e}"
         if self.context is None:
-            pytest.fail(f"trainspec: the harness for {self.target.label} could not "
+            pytest.fail(f"trainspec: the harness for {self.plan.target.label} could not "
                         f"start: {self.broken}", pytrace=False)
         return self.context
 
@@ -91,9 +79,11 @@ class _Session:
         from trainspec.conformance.run.harness import Harness
         from trainspec.conformance.runner import open_context
 
-        self.harness = Harness(self.target.adapter, timeout_s=self.settings.timeout_s)
-        context, _ = open_context(self.target, self.harness,
-                                  world_size=self.settings.world_size)
+        plan = self.plan
+        self.harness = Harness(plan.target.adapter, timeout_s=plan.timeout_s, fresh=plan.fresh,
+                               backend=plan.backend)
+        context, _ = open_context(plan.target, self.harness, world_size=plan.world_size,
+                                  max_examples=plan.max_examples)
         return context
 
     def close(self) -> None:
@@ -102,52 +92,44 @@ class _Session:
             self.harness = None
 
 
-_SETTINGS = pytest.StashKey[_Settings]()
+_PLAN = pytest.StashKey["Plan"]()
 _SESSION = pytest.StashKey[_Session]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "trainspec_clause(*ids): the spec clauses a trainspec "
                             "check verifies")
-    target = config.getoption("trainspec_target")
-    base_trainer = config.getoption("trainspec_base_trainer")
-    if target is None and base_trainer is None:
+    if config.getoption("trainspec_target") is None and \
+            config.getoption("trainspec_base_trainer") is None:
         return
-    config.stash[_SETTINGS] = _settings(config, target, base_trainer)
+    config.stash[_PLAN] = _plan(config)
 
 
-def _settings(config: pytest.Config, target: str | None, base_trainer: str | None) -> _Settings:
-    # torch-free: an xdist controller (which never collects) resolves and checks the options
-    # without paying for torch; a bad target is a usage error before any item runs
-    from trainspec.conformance.deviations import load_deviations
-    from trainspec.conformance.spec import clauses as registry
-    from trainspec.conformance.targets import resolve_target
+def _plan(config: pytest.Config) -> Plan:
+    """The plan of the ``--trainspec-*`` options; a bad one is a usage error before any item
+    runs. (Selecting the checks imports them, and torch, once per pytest process.)"""
+    from trainspec.conformance import api
+    from trainspec.conformance.spec.links import DOCS_URL_ENV
     from trainspec.errors import UsageError
 
-    world_size: int = config.getoption("trainspec_world_size")
-    timeout_s: float = config.getoption("trainspec_timeout")
-    deviations_path: str | None = config.getoption("trainspec_deviations")
+    def value(o: Option) -> object:
+        dest = o.plugin_flag.removeprefix("--").replace("-", "_")
+        return config.getoption(dest) if o.in_plugin else o.default
+
     try:
-        if world_size < 1:
-            raise UsageError(f"--trainspec-world-size: expected 1 or more ranks, got "
-                             f"{world_size}")
-        if not timeout_s > 0:
-            raise UsageError(f"--trainspec-timeout: expected more than 0 seconds, got "
-                             f"{timeout_s}")
-        return _Settings(
-            target=resolve_target(target, base_trainer),
-            selected=registry.select(config.getoption("trainspec_clauses")),
-            deviations=(load_deviations(Path(deviations_path)) if deviations_path is not None
-                        else {}),
-            world_size=world_size, timeout_s=timeout_s)
+        return api.plan_from(value, docs_url=os.environ.get(DOCS_URL_ENV))
     except UsageError as e:
-        raise pytest.UsageError(f"trainspec: {e}") from None
+        message = str(e)
+        for o in api.OPTIONS:  # the plan names the command line's spelling: say ours
+            if message.startswith(o.flag + " ") or message.startswith(o.flag + ":"):
+                message = o.plugin_flag + message.removeprefix(o.flag)
+        raise pytest.UsageError(f"trainspec: {message}") from None
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they see these items
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    if _SETTINGS not in config.stash:
+    if _PLAN not in config.stash:
         return
     # An explicit node ID: the items read ``trainspec::<check>[<clauses>]`` wherever pytest
     # runs from, on every xdist worker alike.
@@ -159,12 +141,12 @@ class TrainspecCollector(pytest.Collector):
     """The checks of the selected clauses, in registry order."""
 
     def collect(self) -> Iterable[pytest.Item]:
-        from trainspec.conformance.runner import selected_checks
+        from trainspec.conformance.checks import selected_checks
 
-        settings = self.config.stash[_SETTINGS]
+        plan = self.config.stash[_PLAN]
         # every check of the selected clauses, multi-rank ones too: under one rank they skip
         # with the reason (n/a in the report) rather than vanish from the session
-        for spec in selected_checks(settings.selected, world_size=None):
+        for spec in selected_checks(plan.clauses, world_size=None):
             yield TrainspecItem.from_parent(self, name=f"{spec.name}[{','.join(spec.clauses)}]",
                                             check_name=spec.name, clause_ids=spec.clauses,
                                             multi_rank=spec.multi_rank)
@@ -189,7 +171,7 @@ class TrainspecItem(pytest.Item):
         self.add_marker(pytest.mark.trainspec_clause(*clause_ids))
         self.extra_keyword_matches.update(clause_ids)
         self.user_properties.extend(("clause", c) for c in clause_ids)
-        deviations = self.config.stash[_SETTINGS].deviations
+        deviations = self.config.stash[_PLAN].deviations
         # Strict xfail only when every clause of the check is declared: a failure of an
         # undeclared clause is a failure, as in the report.
         if all(c in deviations for c in clause_ids):
@@ -200,13 +182,13 @@ class TrainspecItem(pytest.Item):
     def setup(self) -> None:
         from trainspec.conformance.checks import CHECKS, run_check
 
-        settings = self.config.stash[_SETTINGS]
-        if self.multi_rank and settings.world_size < 2:
+        plan = self.config.stash[_PLAN]
+        if self.multi_rank and plan.world_size < 2:
             pytest.skip(f"n/a: {self.check_name} needs several ranks; "
-                        f"--trainspec-world-size={settings.world_size}")
+                        f"--trainspec-world-size={plan.world_size}")
         session = self.config.stash.get(_SESSION, None)
         if session is None:
-            session = _Session(settings, settings.target)
+            session = _Session(plan)
             self.config.stash[_SESSION] = session
             self.config.add_cleanup(session.close)
         ctx = session.context_or_fail()
@@ -215,7 +197,7 @@ class TrainspecItem(pytest.Item):
         self.user_properties.append(("evidence", result.evidence))
         if result.outcome == "n/a":
             pytest.skip(f"n/a: {result.evidence}")
-        declared = all(c in settings.deviations for c in self.clause_ids)
+        declared = all(c in plan.deviations for c in self.clause_ids)
         if result.outcome == "error" or (result.outcome == "timeout" and not declared):
             pytest.fail(_render(result), pytrace=False)
 

@@ -1,4 +1,4 @@
-"""The runner: resolve a target, run the selected checks, and judge every clause.
+"""The runner: carry out a plan (its checks on its target) and judge every clause.
 
 Every clause of the spec appears in every report: a clause without a check comes out ``error``
 ("no check yet"), a clause not selected comes out ``n/a`` ("not selected"), and a clause whose
@@ -11,30 +11,39 @@ from __future__ import annotations
 
 import contextlib
 import platform
-import reprlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 import trainspec
-from trainspec.conformance.checks import CHECKS, CheckContext, CheckSpec, run_check
-from trainspec.conformance.report.writers import docs_link
-from trainspec.conformance.run.adapter import CAPABILITIES, Capability
+from trainspec.conformance.checks import (
+    CHECKS,
+    CheckContext,
+    CheckSpec,
+    run_check,
+    selected_checks,
+)
 from trainspec.conformance.run.harness import Harness
+from trainspec.conformance.run.protocol import Description, InvalidDescription
 from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.links import docs_link
 from trainspec.conformance.spec.results import (
     CheckResult,
     ClauseResult,
     Report,
     Verdict,
+    to_verdict,
     worst_verdict,
 )
 from trainspec.conformance.targets import BUILTIN_TARGETS, Target, resolve_target
-from trainspec.errors import AdapterError, UsageError
+from trainspec.errors import AdapterError
+
+if TYPE_CHECKING:
+    from trainspec.conformance.api import Plan
 
 __all__ = [
     "BUILTIN_TARGETS",
@@ -42,6 +51,7 @@ __all__ = [
     "judge_clauses",
     "open_context",
     "resolve_target",
+    "run",
     "run_checks",
     "selected_checks",
 ]
@@ -54,7 +64,7 @@ _PROTOCOL = ("its factory must be importable from the current directory (or the 
 
 
 def open_context(target: Target, harness: Harness, *, world_size: int = 2,
-                 max_examples: int = 60) -> tuple[CheckContext, dict[str, Any]]:
+                 max_examples: int = 60) -> tuple[CheckContext, Description]:
     """The context checks of ``target`` run in, and what its adapter said of itself.
 
     Raises:
@@ -64,50 +74,32 @@ def open_context(target: Target, harness: Harness, *, world_size: int = 2,
     """
     try:
         described = harness.describe(target.adapter)
+    except InvalidDescription as e:  # built, but it says something wrong of itself
+        raise AdapterError(f"target {target.label}: {e}") from None
     except AdapterError as e:
         head, _, trace = str(e).partition("\n")
         head = head.removeprefix(f"{target.factory}: ").removeprefix("AdapterError: ")
         raise AdapterError(f"target {target.label}: the adapter could not be built or could "
                            f"not describe itself: {head.rstrip('.')}. Expected: {_PROTOCOL}."
                            + (f"\n{trace.rstrip()}" if trace.strip() else "")) from None
-    capabilities = _capabilities(target, described.get("capabilities", []))
-    described["environment"] = _adapter_environment(target, described.get("environment", {}))
-    described["sources"] = _adapter_sources(target, described.get("sources", {}))
-    ctx = CheckContext(harness=harness, adapter=target.adapter, capabilities=capabilities,
+    ctx = CheckContext(runs=harness.using(target.adapter), capabilities=described.capabilities,
                        world_size=world_size, target_args=target.reproducer_args,
                        max_examples=max_examples)
     return ctx, described
 
 
-def selected_checks(selected: Sequence[str], world_size: int | None) -> list[CheckSpec]:
-    """The checks verifying any of ``selected``, in registry order; multi-rank ones only with
-    several ranks (all of them when ``world_size`` is None)."""
-    chosen = set(selected)
-    several = world_size is None or world_size > 1
-    return [spec for spec in CHECKS.values()
-            if chosen.intersection(spec.clauses) and (several or not spec.multi_rank)]
-
-
-def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 2,
-               timeout_s: float = 60.0, deviations: Mapping[str, str] | None = None,
-               on_result: Callable[[CheckResult], None] | None = None,
-               harness: Harness | None = None, max_examples: int = 60,
-               workers: int = 1, fresh: bool = False) -> Report:
-    """Run every check of the selected clauses on ``target``; one report, every clause.
+def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None,
+        harness: Harness | None = None) -> Report:
+    """Run every check of ``plan`` on its target; one report, every clause.
 
     A ``harness`` passed in is reused (and left open): several targets can share its workers.
-    ``workers`` > 1 runs families of checks in parallel, each with its own harness (checks of
-    one family share runs, so a family stays together). ``fresh`` starts new worker processes
-    for every run: isolation over speed.
+    ``plan.workers`` > 1 runs families of checks in parallel, each with its own harness (checks
+    of one family share runs, so a family stays together).
     """
     started = time.monotonic()
-    selected = registry.select(clauses)
-    if world_size < 1:
-        raise UsageError(f"--world-size: expected 1 or more ranks, got {world_size}")
-    if workers < 1:
-        raise UsageError(f"-n/--workers: expected 1 or more, got {workers}")
-    specs = selected_checks(selected, world_size)
-    buckets = [specs] if workers == 1 or harness is not None else _buckets(specs, workers)
+    specs = list(plan.checks)
+    buckets = [specs] if plan.workers == 1 or harness is not None else \
+        _buckets(specs, plan.workers)
     lock = threading.Lock()
 
     def report(result: CheckResult) -> None:
@@ -116,12 +108,13 @@ def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 
                 on_result(result)
 
     def run_bucket(bucket: Sequence[CheckSpec], shared: Harness | None
-                   ) -> tuple[list[CheckResult], dict[str, Any]]:
+                   ) -> tuple[list[CheckResult], Description]:
         with contextlib.ExitStack() as stack:
             own = shared if shared is not None else stack.enter_context(
-                Harness(target.adapter, timeout_s=timeout_s, fresh=fresh))
-            ctx, described = open_context(target, own, world_size=world_size,
-                                          max_examples=max_examples)
+                Harness(plan.target.adapter, timeout_s=plan.timeout_s, fresh=plan.fresh,
+                        backend=plan.backend))
+            ctx, described = open_context(plan.target, own, world_size=plan.world_size,
+                                          max_examples=plan.max_examples)
             done = []
             for spec in bucket:
                 done.append(run_check(spec, ctx))
@@ -136,11 +129,24 @@ def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 
         order = {spec.name: i for i, spec in enumerate(specs)}
         results = sorted((r for done, _ in outcomes for r in done), key=lambda r: order[r.name])
         described = outcomes[0][1]
-    environment = _environment(described.get("environment", {}))
-    return Report(trainspec=trainspec.__version__, target=target.label, environment=environment,
-                  clauses=judge_clauses(results, selected, deviations or {}, world_size,
-                                        sources=described.get("sources", {})),
-                  duration_s=round(time.monotonic() - started, 3), selected=tuple(selected))
+    return Report(trainspec=trainspec.__version__, target=plan.target.label,
+                  environment=_environment(described.environment),
+                  clauses=judge_clauses(results, plan.clauses, plan.deviations, plan.world_size,
+                                        sources=described.sources, docs_url=plan.docs_url),
+                  duration_s=round(time.monotonic() - started, 3), selected=plan.clauses)
+
+
+def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 2,
+               timeout_s: float = 60.0, deviations: Mapping[str, str] | None = None,
+               on_result: Callable[[CheckResult], None] | None = None,
+               harness: Harness | None = None, max_examples: int = 60,
+               workers: int = 1, fresh: bool = False) -> Report:
+    """:func:`run` of the plan of these options (kept for callers that hold a harness)."""
+    from trainspec.conformance.api import plan
+
+    return run(plan(target, clauses=clauses, world_size=world_size, timeout_s=timeout_s,
+                    deviations=deviations, workers=workers, fresh=fresh,
+                    max_examples=max_examples), on_result=on_result, harness=harness)
 
 
 # rough seconds per family on the reference (2 cores): a scheduling hint, nothing more
@@ -162,47 +168,6 @@ def _buckets(specs: Sequence[CheckSpec], workers: int) -> list[list[CheckSpec]]:
     return [b for b in buckets if b]
 
 
-def _capabilities(target: Target, declared: object) -> frozenset[Capability]:
-    names = declared if isinstance(declared, list) else [declared]
-    unknown = sorted({str(c) for c in names} - CAPABILITIES)
-    if unknown:
-        hint = ""
-        if all(len(c) == 1 and c.isalpha() for c in unknown):
-            hint = (" (single letters: did capabilities() return one name as a string? "
-                    "Return a set of names, e.g. frozenset({'checkpoint', 'resume'}))")
-        raise AdapterError(f"target {target.label}: capabilities() declared unknown names "
-                           f"{unknown}{hint}; known: {sorted(CAPABILITIES)}")
-    return frozenset(c for c in CAPABILITIES if c in names)
-
-
-def _adapter_environment(target: Target, declared: object) -> dict[str, str | None]:
-    """The adapter's ``environment()``: names to version strings (or None), as reports hold."""
-    if not isinstance(declared, dict) or not all(
-            isinstance(k, str) and isinstance(v, str | None) for k, v in declared.items()):
-        raise AdapterError(f"target {target.label}: environment() returned "
-                           f"{reprlib.repr(declared)}; "
-                           "expected a dict of names to version strings or None, e.g. "
-                           "{'framework': 'lightning 2.4.0'}")
-    return declared
-
-
-def _adapter_sources(target: Target, declared: object) -> dict[str, str]:
-    """The adapter's optional ``framework_sources()``: clause IDs to source pointers."""
-    known = {c.id for c in registry.CLAUSES}
-    if not isinstance(declared, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in declared.items()):
-        raise AdapterError(f"target {target.label}: framework_sources() returned "
-                           f"{reprlib.repr(declared)}; expected a dict of clause IDs to one-line "
-                           "source pointers, e.g. {'NAN-1': 'pkg/callbacks.py, "
-                           "EarlyStopping.check: NaN compares False'}")
-    unknown = sorted(set(declared) - known)
-    if unknown:
-        raise AdapterError(f"target {target.label}: framework_sources() names unknown clauses "
-                           f"{unknown}; expected clause IDs such as 'NAN-1' "
-                           "(trainspec list prints them)")
-    return declared
-
-
 def _environment(adapter_env: Mapping[str, str | None]) -> dict[str, str | None]:
     env: dict[str, str | None] = {"python": platform.python_version(),
                                   "torch": torch.__version__.split("+")[0]}
@@ -213,45 +178,45 @@ def _environment(adapter_env: Mapping[str, str | None]) -> dict[str, str | None]
 
 def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],
                   deviations: Mapping[str, str], world_size: int, *,
-                  sources: Mapping[str, str] | None = None) -> tuple[ClauseResult, ...]:
+                  sources: Mapping[str, str] | None = None,
+                  docs_url: str | None = None) -> tuple[ClauseResult, ...]:
     """One verdict per clause of the spec, from the check results.
 
-    The evidence of a selected clause that does not pass ends with its docs link,
-    ``(docs: docs/spec/res.md#res-3)`` (:func:`~trainspec.conformance.report.writers.docs_link`); a
-    failing (or deviating) clause's evidence also names the framework source its adapter holds
-    responsible, ``(framework source: ...)``, when the adapter's ``framework_sources()`` says.
+    A selected clause that does not pass gets its docs link (``docs``, from ``docs_url``: see
+    :func:`~trainspec.conformance.spec.links.docs_link`); a failing (or deviating) clause also
+    gets the framework source its adapter holds responsible (``framework_source``), when the
+    adapter's ``framework_sources()`` names one. Both stay out of the evidence.
     """
     sources = sources or {}
     out = []
     for clause in registry.CLAUSES:
         mine = [r for r in results if clause.id in r.clauses]
         reason = deviations.get(clause.id)
-        verdict: Verdict
-        if clause.id not in selected:
-            verdict, evidence, note = "n/a", "not selected (--clauses)", ""
-        elif not mine and any(clause.id in s.clauses for s in CHECKS.values()):
-            verdict, evidence = "n/a", f"its checks need several ranks; ran with {world_size}"
-            note = ""
-        elif not mine:
-            verdict, evidence, note = "error", "no check yet", ""
-        else:
-            verdict = worst_verdict([r.outcome for r in mine])
-            worst = next((r for r in mine if _to(r.outcome) == verdict), mine[0])
-            evidence = worst.evidence
-            note = ""
-            if reason is not None and verdict in ("fail", "timeout"):
-                verdict = "deviation"
-            elif reason is not None and verdict == "pass":
-                note = "declared as a deviation but passes: remove it from the deviations file"
-        if verdict in ("fail", "deviation") and clause.id in sources:
-            evidence = f"{evidence} (framework source: {sources[clause.id]})"
-        if verdict != "pass" and clause.id in selected:  # a failure message links its clause
-            evidence = f"{evidence} (docs: {docs_link(clause.id)})"
-        out.append(ClauseResult(id=clause.id, level=clause.level, title=clause.title,
-                                verdict=verdict, evidence=evidence, checks=tuple(mine),
-                                deviation_reason=reason, note=note))
+        verdict, evidence, note = _verdict(clause.id, mine, selected, reason, world_size)
+        out.append(ClauseResult(
+            id=clause.id, level=clause.level, title=clause.title, verdict=verdict,
+            evidence=evidence, checks=tuple(mine), deviation_reason=reason, note=note,
+            framework_source=sources.get(clause.id) if verdict in ("fail", "deviation")
+            else None,
+            docs=docs_link(clause.id, docs_url)
+            if verdict != "pass" and clause.id in selected else None))
     return tuple(out)
 
 
-def _to(outcome: str) -> str:
-    return {"passed": "pass", "failed": "fail"}.get(outcome, outcome)
+def _verdict(clause_id: str, mine: Sequence[CheckResult], selected: Sequence[str],
+             reason: str | None, world_size: int) -> tuple[Verdict, str, str]:
+    """A clause's verdict, evidence and note."""
+    if clause_id not in selected:
+        return "n/a", "not selected (--clauses)", ""
+    if not mine and any(clause_id in s.clauses for s in CHECKS.values()):
+        return "n/a", f"its checks need several ranks; ran with {world_size}", ""
+    if not mine:
+        return "error", "no check yet", ""
+    verdict = worst_verdict([r.outcome for r in mine])
+    worst = next((r for r in mine if to_verdict(r.outcome) == verdict), mine[0])
+    if reason is not None and verdict in ("fail", "timeout"):
+        return "deviation", worst.evidence, ""
+    if reason is not None and verdict == "pass":
+        return verdict, worst.evidence, ("declared as a deviation but passes: remove it from "
+                                         "the deviations file")
+    return verdict, worst.evidence, ""

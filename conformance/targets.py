@@ -2,8 +2,8 @@
 
 A :class:`Target` is a label and the adapter factory a worker process builds for it. Resolving
 one reads strings only: the pytest plugin and the CLI resolve (and reject) a target before
-anything imports torch or the trainer. :attr:`Target.adapter` gives the harness's
-:class:`~trainspec.conformance.run.harness.AdapterSpec` when a run needs it.
+anything imports torch or the trainer. :attr:`Target.adapter` gives the worker protocol's
+:class:`~trainspec.conformance.run.protocol.AdapterSpec` when a run needs it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from trainspec.errors import UsageError
 
 if TYPE_CHECKING:
-    from trainspec.conformance.run.harness import AdapterSpec
+    from trainspec.conformance.run.protocol import AdapterSpec
 
 __all__ = ["BASE_TRAINER_ADAPTER", "BUILTIN_TARGETS", "Target", "resolve_target"]
 
@@ -33,7 +33,7 @@ class Target:
     @property
     def adapter(self) -> AdapterSpec:
         """How a worker builds the adapter (imports the harness, hence torch)."""
-        from trainspec.conformance.run.harness import AdapterSpec
+        from trainspec.conformance.run.protocol import AdapterSpec
 
         return AdapterSpec(factory=self.factory, args=self.args)
 

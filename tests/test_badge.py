@@ -49,11 +49,11 @@ def test_check_writes_the_badge_when_asked(tmp_path: Path, monkeypatch: pytest.M
                                            ) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
-    def check(target: str | None = None, **kwargs: object) -> Report:
+    def run(plan: api.Plan, **kwargs: object) -> Report:
         return report_of({"RES-3": "fail"})
 
-    fake: Callable[..., Report] = check
-    monkeypatch.setattr(api, "check", fake)
+    fake: Callable[..., Report] = run
+    monkeypatch.setattr(api, "run", fake)
     assert main(["check", "--badge", str(tmp_path / "out" / "badge.json")]) == 1
     data = json.loads((tmp_path / "out" / "badge.json").read_text())
     assert data == {"schemaVersion": 1, "label": "trainspec", "message": f"{N - 1}/{N}",

@@ -26,7 +26,7 @@ from trainspec.conformance.report.baseline import (
     read_baseline,
     write_baseline,
 )
-from trainspec.conformance.report.writers import write_json
+from trainspec.conformance.report.json_io import write_json
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import ClauseResult, Report, Verdict
 from trainspec.errors import UsageError
@@ -49,12 +49,13 @@ def baseline_of(verdicts: dict[str, Verdict], target: str = "reference") -> Base
     return Baseline(trainspec="0.1.0", target=target, verdicts=verdicts, source="b.json")
 
 
-def fake_check(report: Report, calls: list[object]) -> Callable[..., Report]:
-    def check(target: str | None = None, **kwargs: object) -> Report:
-        calls.append(target)
+def fake_run(report: Report, calls: list[object]) -> Callable[..., Report]:
+    """``api.run`` that records the plan's target and returns ``report``."""
+    def run(plan: api.Plan, **kwargs: object) -> Report:
+        calls.append(plan.target.label)
         return report
 
-    return check
+    return run
 
 
 # ----------------------------------------------------------------------------------- order
@@ -180,7 +181,7 @@ def test_with_a_baseline_check_exits_0_when_nothing_regressed_even_if_not_confor
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    monkeypatch.setattr(api, "check", fake_check(report_of({"RES-3": "fail"}), []))
+    monkeypatch.setattr(api, "run", fake_run(report_of({"RES-3": "fail"}), []))
     write_baseline(report_of({"RES-3": "fail", "LOOP-1": "fail"}), tmp_path / "b.json")
     argv = ["check", "--baseline", str(tmp_path / "b.json"), "--markdown",
             str(tmp_path / "r.md")]
@@ -200,7 +201,7 @@ def test_with_a_baseline_check_exits_1_naming_the_clause_that_regressed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    monkeypatch.setattr(api, "check", fake_check(report_of({"PAT-5": "timeout"}), []))
+    monkeypatch.setattr(api, "run", fake_run(report_of({"PAT-5": "timeout"}), []))
     write_baseline(report_of(), tmp_path / "b.json")
     assert main(["check", "--baseline", str(tmp_path / "b.json")]) == 1
     assert re.search(r"^  regressed +PAT-5 +pass -> timeout$", capsys.readouterr().out,
@@ -211,7 +212,7 @@ def test_save_baseline_writes_the_file_and_keeps_the_conformance_exit_status(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    monkeypatch.setattr(api, "check", fake_check(report_of({"RES-3": "fail"}), []))
+    monkeypatch.setattr(api, "run", fake_run(report_of({"RES-3": "fail"}), []))
     assert main(["check", "--save-baseline", str(tmp_path / "b.json")]) == 1
     assert read_baseline(tmp_path / "b.json").verdicts["RES-3"] == "fail"
     assert "saved the verdicts of 42 clauses to" in capsys.readouterr().err
@@ -226,7 +227,7 @@ def test_a_bad_baseline_exits_2_before_any_check_runs(
         argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[object] = []
-    monkeypatch.setattr(api, "check", fake_check(report_of(), calls))
+    monkeypatch.setattr(api, "run", fake_run(report_of(), calls))
     write_baseline(report_of(), tmp_path / "b.json")
     path = tmp_path / ("absent.json" if "no such file" in message else "b.json")
     assert main([*argv, "--baseline", str(path)]) == 2

@@ -34,6 +34,21 @@ def fake_report(failing: str | None = None, target: str = "reference") -> Report
                   clauses=tuple(out), duration_s=1.0)
 
 
+def fake_run(report: Report | BaseException, calls: list[api.Plan]) -> Callable[..., Report]:
+    """``api.run`` that records the plan, reports one check's progress, returns ``report``."""
+    def run(plan: api.Plan, **kwargs: object) -> Report:
+        calls.append(plan)
+        if isinstance(report, BaseException):
+            raise report
+        on_result = kwargs.get("on_result")
+        if callable(on_result):
+            on_result(CheckResult(name="check_fake_thing", clauses=("LOOP-1",),
+                                  outcome="passed", evidence="fine", duration_s=0.125))
+        return report
+
+    return run
+
+
 def fake_check(report: Report | BaseException, calls: list[dict[str, object]]
                ) -> Callable[..., Report]:
     def check(target: str | None = None, **kwargs: object) -> Report:
@@ -100,9 +115,8 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 def test_check_exits_1_when_not_conformant_and_writes_every_report(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    calls: list[dict[str, object]] = []
-    monkeypatch.setattr(api, "check", fake_check(fake_report(failing="RES-3"), calls))
-    monkeypatch.delenv("TRAINSPEC_BACKEND", raising=False)
+    calls: list[api.Plan] = []
+    monkeypatch.setattr(api, "run", fake_run(fake_report(failing="RES-3"), calls))
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     deviations = tmp_path / "dev.toml"
@@ -117,11 +131,14 @@ def test_check_exits_1_when_not_conformant_and_writes_every_report(
     assert "RES-3: observed fail" in out
     assert out.rstrip().endswith("conformant: no; 1.0 s")
     assert re.search(r"^\[\s*1/\d+\] passed  check_fake_thing 0\.12s$", err, re.MULTILINE)
-    assert calls[0]["clauses"] == "LOOP,RES-3"
-    assert calls[0]["world_size"] == 1
-    assert calls[0]["timeout_s"] == 5.0
-    assert calls[0]["deviations"] == {"PAT-1": "known"}
-    assert os.environ["TRAINSPEC_BACKEND"] == "gloo"
+    plan = calls[0]
+    assert plan.clauses == registry.select("LOOP,RES-3")
+    assert len(plan.checks) == len([c for c in plan.checks if set(c.clauses) & {"RES-3"}
+                                    or any(x.startswith("LOOP") for x in c.clauses)])
+    assert (plan.world_size, plan.timeout_s, plan.workers) == (1, 5.0, 3)
+    assert plan.deviations == {"PAT-1": "known"}
+    assert plan.backend == "gloo"  # a field of the plan, passed down: never the environment
+    assert "TRAINSPEC_BACKEND" not in os.environ
     assert json.loads((tmp_path / "r.json").read_text())["conformant"] is False
     assert ET.parse(tmp_path / "r.xml").getroot().find("testsuite") is not None
     assert "**not conformant**" in (tmp_path / "r.md").read_text()
@@ -130,7 +147,7 @@ def test_check_exits_1_when_not_conformant_and_writes_every_report(
 
 def test_an_internal_error_exits_3_with_the_traceback(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(api, "check", fake_check(RuntimeError("pipe broke"), []))
+    monkeypatch.setattr(api, "run", fake_run(RuntimeError("pipe broke"), []))
     assert main(["check", "--clauses", "LOOP-1"]) == 3
     err = capsys.readouterr().err
     assert "Traceback" in err
@@ -140,7 +157,7 @@ def test_an_internal_error_exits_3_with_the_traceback(
 
 def test_an_interrupt_exits_130_with_one_line(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(api, "check", fake_check(KeyboardInterrupt(), []))
+    monkeypatch.setattr(api, "run", fake_run(KeyboardInterrupt(), []))
     assert main(["check", "--clauses", "LOOP-1"]) == 130
     assert capsys.readouterr().err == "trainspec: interrupted; worker processes were stopped\n"
 
@@ -195,3 +212,45 @@ def test_check_end_to_end_on_the_reference_writes_conformant_reports(tmp_path: P
     assert (suite.get("failures"), suite.get("errors")) == ("0", "0")
     assert (tmp_path / "r.md").read_text().startswith(
         "## trainspec 0.1.0: `reference` is conformant")
+
+
+def test_the_cli_puts_the_docs_url_variable_in_the_plan_and_counts_its_checks(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[api.Plan] = []
+    monkeypatch.setattr(api, "run", fake_run(fake_report(), calls))
+    monkeypatch.setenv("TRAINSPEC_DOCS_URL", "https://example.org/spec")
+    assert main(["check", "--clauses", "LOOP", "--world-size", "1"]) == 0
+    (plan,) = calls
+    assert plan.docs_url == "https://example.org/spec"
+    assert plan.checks
+    assert all(not c.multi_rank for c in plan.checks)
+    assert f"[1/{len(plan.checks)}] passed  check_fake_thing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"world_size": 0}, "--world-size: expected 1 or more, got 0"),
+    ({"workers": 0}, "-n/--workers: expected 1 or more, got 0"),
+    ({"timeout_s": 0.0}, "--timeout: expected more than 0 seconds"),
+    ({"backend": "mpi"}, "--backend: expected gloo or nccl"),
+    ({"profile": "slow"}, "--profile: expected one of fast, ci"),
+    ({"clauses": "XYZ"}, "unknown clause or family 'XYZ'"),
+    ({"deviations": {"RES-99": "x"}}, "unknown clause 'RES-99'"),
+])
+def test_the_plan_refuses_each_bad_option_by_name(options: dict[str, object],
+                                                  message: str) -> None:
+    from trainspec.errors import UsageError
+
+    with pytest.raises(UsageError, match=re.escape(message)):
+        api.plan("reference", **options)  # type: ignore[arg-type]
+
+
+def test_one_plan_validates_and_selects_once() -> None:
+    plan = api.plan(base_trainer="pkg:Trainer", clauses="DIST,LOOP-1", world_size=1,
+                    backend="gloo", profile="ci", deviations={"loop-1": "known"})
+    assert plan.target.label == "pkg:Trainer"
+    assert plan.clauses[0] == "LOOP-1"
+    # one rank: the DIST checks (multi-rank) are left out, LOOP-1's are in
+    assert plan.checks
+    assert all("LOOP-1" in c.clauses and not c.multi_rank for c in plan.checks)
+    assert (plan.backend, plan.max_examples) == ("gloo", api.PROFILES["ci"])
+    assert plan.deviations == {"LOOP-1": "known"}

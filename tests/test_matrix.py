@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.conformance import api
+from trainspec.conformance import api, matrix_run
 from trainspec.conformance.cli import main
 from trainspec.conformance.report import matrix as matrices
+from trainspec.conformance.report import matrix_html
 from trainspec.conformance.report.specdocs import read_matrix
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import VERDICTS, CheckResult, ClauseResult, Report, Verdict
@@ -139,7 +140,7 @@ def test_matrix_markdown_shows_only_the_selected_clauses() -> None:
 # ------------------------------------------------------------------------------------ HTML
 
 def test_matrix_html_is_well_formed_xml_and_html() -> None:
-    page = matrices.to_html(_matrix())
+    page = matrix_html.to_html(_matrix())
     ET.fromstring(page.split("\n", 1)[1])  # without the doctype: strict XML
     tags = _parse(page)
     assert tags.mismatched == []
@@ -147,7 +148,7 @@ def test_matrix_html_is_well_formed_xml_and_html() -> None:
 
 
 def test_matrix_html_is_self_contained() -> None:
-    page = matrices.to_html(_matrix())
+    page = matrix_html.to_html(_matrix())
     names = {tag for tag, _ in _parse(page).starts}
     assert names.isdisjoint({"script", "link", "img", "iframe", "object", "embed"})
     assert "http://" not in page
@@ -157,10 +158,10 @@ def test_matrix_html_is_self_contained() -> None:
 
 
 def test_matrix_html_has_every_clause_row_and_every_target_column() -> None:
-    tags = _parse(matrices.to_html(_matrix()))
+    tags = _parse(matrix_html.to_html(_matrix()))
     rows = [attrs["id"] for tag, attrs in tags.starts if tag == "tr" and attrs.get("id")]
     assert rows == [c.anchor for c in registry.CLAUSES]
-    page = matrices.to_html(_matrix())
+    page = matrix_html.to_html(_matrix())
     for clause in registry.CLAUSES:
         assert f'<td class="id">{clause.id}</td>' in page
     assert '<th scope="col">reference</th><th scope="col">lightning</th></tr></thead>' in page
@@ -170,7 +171,7 @@ def test_matrix_html_has_every_clause_row_and_every_target_column() -> None:
 
 
 def test_matrix_html_escapes_the_evidence() -> None:
-    page = matrices.to_html(_matrix())
+    page = matrix_html.to_html(_matrix())
     assert "script" not in {tag for tag, _ in _parse(page).starts}
     assert "<script" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
@@ -178,7 +179,7 @@ def test_matrix_html_escapes_the_evidence() -> None:
 
 
 def test_matrix_html_cells_carry_the_verdict_color_and_the_evidence_on_hover() -> None:
-    tags = _parse(matrices.to_html(_matrix()))
+    tags = _parse(matrix_html.to_html(_matrix()))
     cells = [attrs for tag, attrs in tags.starts if tag == "td" and "v" in
              (attrs.get("class") or "").split() and attrs.get("title") is not None]
     by_title = {attrs["title"]: attrs["class"] for attrs in cells}
@@ -192,13 +193,13 @@ def test_matrix_html_cells_carry_the_verdict_color_and_the_evidence_on_hover() -
 
 
 def test_matrix_html_opens_each_cell_for_its_checks() -> None:
-    page = matrices.to_html(_matrix())
+    page = matrix_html.to_html(_matrix())
     assert "<details><summary>fail</summary>" in page
     assert "<code>check_res_3</code> failed, 0.25 s" in page
 
 
 def test_matrix_html_names_the_environment_legend_version_and_skipped_targets() -> None:
-    page = matrices.to_html(_matrix())
+    page = matrix_html.to_html(_matrix())
     assert "<title>trainspec 0.1.0 conformance matrix</title>" in page
     assert '<th scope="row">torch</th><td>2.13.0</td><td>2.13.0</td>' in page
     assert '<th scope="row">framework</th><td>-</td><td>lightning 2.4.0</td>' in page
@@ -238,7 +239,7 @@ def test_matrix_compare_lists_each_changed_verdict_and_exits_1(
                                               "PAT-2": "timeout", "NAN-1": "error"},
                                 evidence={"RES-3": "resumed alike"})}
     monkeypatch.setattr(api, "check", lambda target, **_: now[str(target)])
-    monkeypatch.setattr(matrices, "missing_requirement",
+    monkeypatch.setattr(matrix_run, "missing_requirement",
                         lambda name, target: None if name in now else "absent here")
     code = main(["matrix", "--out", str(tmp_path / "m"), "--compare", str(published)])
     out = capsys.readouterr().out
@@ -271,7 +272,7 @@ def test_matrix_differences_name_targets_checked_on_one_side_only() -> None:
 def test_matrix_command_exits_2_when_no_target_can_be_checked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(matrices, "missing_requirement", lambda name, target: "absent here")
+    monkeypatch.setattr(matrix_run, "missing_requirement", lambda name, target: "absent here")
     assert main(["matrix", "--out", str(tmp_path / "m")]) == 2
     assert "no built-in target could be checked" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()

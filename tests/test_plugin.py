@@ -36,7 +36,8 @@ def test_without_its_options_the_plugin_adds_nothing(pytester: pytest.Pytester) 
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--trainspec-clauses=LOOP,XYZ"], "trainspec: --clauses: unknown clause or family 'XYZ'"),
+    (["--trainspec-clauses=LOOP,XYZ"],
+     "trainspec: --trainspec-clauses: unknown clause or family 'XYZ'"),
     (["--trainspec-target=nosuch"], "trainspec: target 'nosuch': expected one of reference"),
     (["--trainspec-world-size=0"], "trainspec: --trainspec-world-size: expected 1 or more"),
 ])

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.conformance.report import writers
+from trainspec.conformance.report import json_io, junit
+from trainspec.conformance.report import text as tables
 from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec import links
 from trainspec.conformance.spec.results import (
     CheckOutcome,
     CheckResult,
@@ -55,7 +57,7 @@ MIXED: dict[str, Verdict] = {"RES-3": "fail", "PAT-1": "deviation", "DIST-1": "t
 
 
 def test_json_has_every_clause_and_exactly_the_contract_keys() -> None:
-    data = writers.to_json(sample_report(MIXED))
+    data = json_io.to_json(sample_report(MIXED))
     assert list(data) == ["trainspec", "target", "environment", "conformant", "selected",
                           "clauses", "summary", "duration_s", "complete"]
     assert list(data)[-1] == "complete"
@@ -74,22 +76,22 @@ def test_json_has_every_clause_and_exactly_the_contract_keys() -> None:
 def test_json_file_round_trips_through_from_json(tmp_path: Path) -> None:
     original = sample_report(MIXED, selected=("RES-3", "LOOP-1"))
     path = tmp_path / "out" / "r.json"
-    writers.write_json(original, path)
-    back = writers.read_json(path)
-    assert writers.to_json(back) == writers.to_json(original)
+    json_io.write_json(original, path)
+    back = json_io.read_json(path)
+    assert json_io.to_json(back) == json_io.to_json(original)
     assert back.clause("LOOP-1").checks[1].clauses == ("LOOP-1", "LOOP-2")
     assert back.selected == ("RES-3", "LOOP-1")
 
 
 def test_a_truncated_report_is_rejected(tmp_path: Path) -> None:
-    data = writers.to_json(sample_report())
+    data = json_io.to_json(sample_report())
     del data["complete"]
     with pytest.raises(UsageError, match="cut short"):
-        writers.from_json(data)
+        json_io.from_json(data)
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(writers.to_json(sample_report()))[:500])
+    path.write_text(json.dumps(json_io.to_json(sample_report()))[:500])
     with pytest.raises(UsageError, match=r"r\.json: expected a JSON report"):
-        writers.read_json(path)
+        json_io.read_json(path)
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
@@ -99,27 +101,27 @@ def test_a_truncated_report_is_rejected(tmp_path: Path) -> None:
     ("duration_s", "fast", r'"duration_s" to be a number'),
 ])
 def test_a_malformed_report_names_the_bad_key(key: str, value: object, message: str) -> None:
-    data = writers.to_json(sample_report())
+    data = json_io.to_json(sample_report())
     data[key] = value
     with pytest.raises(UsageError, match=message):
-        writers.from_json(data, source="old.json")
+        json_io.from_json(data, source="old.json")
 
 
 def test_an_unknown_verdict_is_rejected() -> None:
-    data = writers.to_json(sample_report())
+    data = json_io.to_json(sample_report())
     data["clauses"][0]["verdict"] = "passed"
     with pytest.raises(UsageError, match=r'"clauses"\[0\]\.verdict one of pass, fail'):
-        writers.from_json(data)
+        json_io.from_json(data)
 
 
 def test_a_missing_report_file_says_how_to_write_one(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"no such file.*--report"):
-        writers.read_json(tmp_path / "absent.json")
+        json_io.read_json(tmp_path / "absent.json")
 
 
 def test_junit_has_one_testcase_per_clause_and_matching_counts(tmp_path: Path) -> None:
     path = tmp_path / "r.xml"
-    writers.write_junit(sample_report(MIXED), path)
+    junit.write_junit(sample_report(MIXED), path)
     suite = ET.parse(path).getroot().find("testsuite")
     assert suite is not None
     assert suite.get("name") == "trainspec:reference"
@@ -144,7 +146,7 @@ def test_junit_has_one_testcase_per_clause_and_matching_counts(tmp_path: Path) -
 
 def test_markdown_shows_evidence_for_non_pass_only(tmp_path: Path) -> None:
     report = sample_report(MIXED)
-    text = writers.to_markdown(report)
+    text = tables.to_markdown(report)
     assert text.startswith("## trainspec 0.1.0: `reference` is **not conformant**")
     assert "### RES: Resume" in text
     assert "| RES-3 | MUST | **FAIL** |" in text
@@ -152,32 +154,29 @@ def test_markdown_shows_evidence_for_non_pass_only(tmp_path: Path) -> None:
     assert "LOOP-1 evidence" not in text
     assert "declared deviation: known gap (#12)" in text
     path = tmp_path / "r.md"
-    writers.write_markdown(report, path)
+    tables.write_markdown(report, path)
     assert path.read_text() == text
 
 
 def test_markdown_lists_the_selected_clauses_and_counts_the_rest() -> None:
     report = sample_report(selected=("LOOP-1", "LOOP-2"))
-    text = writers.to_markdown(report)
+    text = tables.to_markdown(report)
     assert "| LOOP-2 |" in text
     assert "| BEST-1 |" not in text
     assert f"{len(registry.CLAUSES) - 2} clauses not selected" in text
 
 
-def test_step_summary_is_appended_when_github_sets_it(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    assert writers.append_step_summary(sample_report()) is False
+def test_step_summary_is_appended_when_github_sets_it(tmp_path: Path) -> None:
+    assert tables.append_step_summary(sample_report(), None) is False
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    assert writers.append_step_summary(sample_report()) is True
+    assert tables.append_step_summary(sample_report(), summary) is True
     assert summary.read_text().startswith("earlier step\n## trainspec")
 
 
 def test_table_has_a_line_per_clause_and_evidence_under_non_pass_only() -> None:
     report = sample_report(MIXED)
-    lines = writers.format_table(report, color=False).splitlines()
+    lines = tables.format_table(report, color=False).splitlines()
     assert lines[0].split() == ["LOOP-1", "MUST", "pass", *registry.get("LOOP-1").title.split()]
     assert "LOOP-1 evidence" not in "\n".join(lines)
     res3 = next(i for i, line in enumerate(lines) if line.startswith("RES-3 "))
@@ -191,7 +190,7 @@ def test_table_has_a_line_per_clause_and_evidence_under_non_pass_only() -> None:
 
 def test_table_colors_only_when_asked() -> None:
     report = sample_report(MIXED)
-    assert "\x1b[31;1mfail" in writers.format_table(report, color=True)
+    assert "\x1b[31;1mfail" in tables.format_table(report, color=True)
 
 
 def test_a_deviation_that_passes_shows_its_note() -> None:
@@ -200,25 +199,22 @@ def test_a_deviation_that_passes_shows_its_note() -> None:
                     note="declared as a deviation but passes: remove it")
     clauses = tuple(loop1 if c.id == "LOOP-1" else c for c in report.clauses)
     report = replace(report, clauses=clauses)
-    assert "passes: remove it" in writers.format_table(report, color=False)
-    assert writers.to_json(report)["clauses"][0]["note"].endswith("remove it")
+    assert "passes: remove it" in tables.format_table(report, color=False)
+    assert json_io.to_json(report)["clauses"][0]["note"].endswith("remove it")
 
 
-def test_a_docs_link_points_at_the_clause_anchor_and_the_base_can_be_overridden(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(writers.DOCS_URL_ENV, raising=False)
-    assert writers.docs_link("res-3") == "docs/spec/res.md#res-3"
-    monkeypatch.setenv(writers.DOCS_URL_ENV, "https://example.org/trainspec/spec/")
-    assert writers.docs_link("RES-3") == "https://example.org/trainspec/spec/res.html#res-3"
-    monkeypatch.setenv(writers.DOCS_URL_ENV, "https://x.org/blob/main/spec/{family}.md#{anchor}")
-    assert writers.docs_link("PAT-5") == "https://x.org/blob/main/spec/pat.md#pat-5"
+def test_a_docs_link_points_at_the_clause_anchor_and_the_base_can_be_overridden() -> None:
+    assert links.docs_link("res-3") == "docs/spec/res.md#res-3"
+    assert links.docs_link("res-3", None) == "docs/spec/res.md#res-3"
+    assert links.docs_link("RES-3", "https://example.org/trainspec/spec/") == \
+        "https://example.org/trainspec/spec/res.html#res-3"
+    assert links.docs_link("PAT-5", "https://x.org/blob/main/spec/{family}.md#{anchor}") == \
+        "https://x.org/blob/main/spec/pat.md#pat-5"
 
 
-def test_evidence_of_every_non_pass_clause_ends_with_its_docs_link(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_non_pass_clause_links_its_docs_apart_from_its_evidence(tmp_path: Path) -> None:
     from trainspec.conformance.runner import judge_clauses
 
-    monkeypatch.delenv(writers.DOCS_URL_ENV, raising=False)
     results = [CheckResult(name="check_loop_1", clauses=("LOOP-1",), outcome="failed",
                            evidence="LOOP-1: trained [0, 1], expected [0, 1, 2]", duration_s=0.1),
                CheckResult(name="check_loop_3", clauses=("LOOP-3",), outcome="passed",
@@ -227,22 +223,45 @@ def test_evidence_of_every_non_pass_clause_ends_with_its_docs_link(
     clauses = judge_clauses(results, selected, {}, world_size=1)
     report = Report(trainspec="0.1.0", target="reference", environment={}, clauses=clauses,
                     duration_s=1.0, selected=selected)
-    loop1 = "LOOP-1: trained [0, 1], expected [0, 1, 2] (docs: docs/spec/loop.md#loop-1)"
-    assert report.clause("LOOP-1").evidence == loop1
+    evidence = "LOOP-1: trained [0, 1], expected [0, 1, 2]"
+    loop1 = f"{evidence} (docs: docs/spec/loop.md#loop-1)"
+    assert report.clause("LOOP-1").evidence == evidence
+    assert report.clause("LOOP-1").docs == "docs/spec/loop.md#loop-1"
     assert report.clause("LOOP-2").verdict == "n/a"
-    assert report.clause("LOOP-2").evidence.endswith(" (docs: docs/spec/loop.md#loop-2)")
-    assert report.clause("LOOP-3").evidence == "fine"  # a pass gets no link
-    assert "(docs: " not in report.clause("RES-3").evidence  # neither does a clause not checked
-    data = writers.to_json(report)
-    assert data["clauses"][0]["evidence"] == loop1
-    assert "\n" not in data["clauses"][0]["evidence"]
-    table = writers.format_table(report, color=False).splitlines()
+    assert report.clause("LOOP-2").docs == "docs/spec/loop.md#loop-2"
+    assert report.clause("LOOP-3").docs is None  # a pass gets no link
+    assert report.clause("RES-3").docs is None  # neither does a clause not checked
+    data = json_io.to_json(report)
+    assert data["clauses"][0]["evidence"] == evidence
+    assert data["clauses"][0]["docs"] == "docs/spec/loop.md#loop-1"
+    assert "docs" not in data["clauses"][2]
+    assert json_io.from_json(data).clause("LOOP-1").docs == "docs/spec/loop.md#loop-1"
+    table = tables.format_table(report, color=False).splitlines()
     assert table[1] == f"{'':<6}    {loop1}"
-    assert f"| {loop1} |" in writers.to_markdown(report)
-    writers.write_junit(report, tmp_path / "r.xml")
+    assert f"| {loop1} |" in tables.to_markdown(report)
+    junit.write_junit(report, tmp_path / "r.xml")
     failure = ET.parse(tmp_path / "r.xml").getroot().find("testsuite/testcase/failure")
     assert failure is not None
     assert failure.get("message") == loop1
+
+
+def test_the_docs_link_follows_the_plans_template() -> None:
+    from trainspec.conformance.runner import judge_clauses
+
+    failed = CheckResult(name="check_res_3", clauses=("RES-3",), outcome="failed",
+                         evidence="RES-3: differs", duration_s=0.1)
+    (res3,) = [c for c in judge_clauses([failed], ("RES-3",), {}, world_size=1,
+                                        docs_url="https://example.org/spec") if c.id == "RES-3"]
+    assert res3.docs == "https://example.org/spec/res.html#res-3"
+
+
+def test_a_report_written_before_the_docs_and_source_fields_still_reads() -> None:
+    data = json_io.to_json(sample_report(MIXED))
+    for clause in data["clauses"]:
+        clause.pop("docs", None)
+        clause.pop("framework_source", None)
+    report = json_io.from_json(data)
+    assert all(c.docs is None and c.framework_source is None for c in report.clauses)
 
 
 def test_details_show_each_non_passing_check_once_with_its_detail() -> None:
@@ -257,17 +276,15 @@ def test_details_show_each_non_passing_check_once_with_its_detail() -> None:
         for cid in ("RES-1", "RES-3"))
     report = Report(trainspec="0.1.0", target="t", environment={}, clauses=clauses,
                     duration_s=1.0)
-    text = writers.format_details(report)
+    text = tables.format_details(report)
     assert text.count("check_x: failed") == 1
     assert "Traceback (most recent call last): boom" in text
     assert "check_y" not in text
 
 
-def test_a_failing_clause_names_the_framework_source_its_adapter_points_at(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_clause_names_the_framework_source_its_adapter_points_at() -> None:
     from trainspec.conformance.runner import judge_clauses
 
-    monkeypatch.delenv(writers.DOCS_URL_ENV, raising=False)
     results = [CheckResult(name="check_nan_1", clauses=("NAN-1",), outcome="failed",
                            evidence="NAN-1: inf taken as an improvement", duration_s=0.1),
                CheckResult(name="check_nan_2", clauses=("NAN-2",), outcome="passed",
@@ -276,14 +293,20 @@ def test_a_failing_clause_names_the_framework_source_its_adapter_points_at(
                "NAN-2": "pkg/callbacks.py, Checkpoint.better"}
     clauses = {c.id: c for c in judge_clauses(results, ("NAN-1", "NAN-2"), {}, world_size=1,
                                               sources=sources)}
-    assert clauses["NAN-1"].evidence == (
+    assert clauses["NAN-1"].evidence == "NAN-1: inf taken as an improvement"
+    assert clauses["NAN-1"].framework_source == "pkg/callbacks.py, Checkpoint.better: inf > best"
+    assert tables.cited(clauses["NAN-1"]) == (
         "NAN-1: inf taken as an improvement (framework source: pkg/callbacks.py, "
         "Checkpoint.better: inf > best) (docs: docs/spec/nan.md#nan-1)")
-    assert clauses["NAN-2"].evidence == "fine"  # a pass is not charged to any source
+    assert clauses["NAN-2"].framework_source is None  # a pass is not charged to any source
+    report = Report(trainspec="0.1.0", target="t", environment={},
+                    clauses=tuple(clauses.values()), duration_s=1.0)
+    (entry,) = [c for c in json_io.to_json(report)["clauses"] if c["id"] == "NAN-1"]
+    assert entry["framework_source"] == "pkg/callbacks.py, Checkpoint.better: inf > best"
     deviating = {c.id: c for c in judge_clauses(results, ("NAN-1",), {"NAN-1": "known"},
                                                 world_size=1, sources=sources)}
     assert deviating["NAN-1"].verdict == "deviation"
-    assert "(framework source: pkg/callbacks.py" in deviating["NAN-1"].evidence
+    assert "(framework source: pkg/callbacks.py" in tables.cited(deviating["NAN-1"])
 
 
 def test_evidence_and_tracebacks_read_the_same_on_any_machine(tmp_path: Path) -> None:

@@ -17,14 +17,14 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import trainspec
 from trainspec.conformance.run.adapter import Capability
-from trainspec.conformance.run.harness import AdapterSpec, Harness
+from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.trace import Trace
-from trainspec.conformance.spec.results import CheckResult
+from trainspec.conformance.spec.results import CheckOutcome, CheckResult
 from trainspec.errors import AdapterError, HarnessError
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "CheckSpec",
     "NotApplicable",
     "RunBroke",
+    "Runs",
     "check",
     "run_check",
 ]
@@ -66,6 +67,32 @@ class RunBroke(Exception):
             if r.status != "completed" and r.detail:
                 details.append(f"--- rank {r.rank} ({r.status}) ---\n{r.detail}")
         self.detail = "\n".join(details)
+
+
+class Runs(Protocol):
+    """What checks need of the harness: runs of the target's adapter, bounded in time.
+
+    :class:`~trainspec.conformance.run.harness.Harness` satisfies it; a fake that returns
+    recorded traces lets a check be judged with no worker process.
+    """
+
+    @property
+    def root(self) -> Path:
+        """The scratch folder runs write under (evidence names it ``<trainspec-tmp>``)."""
+        ...
+
+    def run(self, scenario: Scenario, *, ckpt_root: Path | None = None,
+            timeout_s: float | None = None) -> Trace:
+        """One run of ``scenario`` on its ranks; a new checkpoint folder unless given one."""
+        ...
+
+    def new_ckpt_root(self, label: str) -> Path:
+        """A new, empty checkpoint folder (chained runs share one)."""
+        ...
+
+    def property(self, name: str, *, runner: str, max_examples: int) -> PropertyOutcome:
+        """A hypothesis property run next to the trainer (``runner``: MODULE:FUNCTION)."""
+        ...
 
 
 CheckFunc = Callable[["CheckContext"], str]
@@ -112,10 +139,9 @@ def check(*clauses: str, requires: Iterable[Capability] = (), multi_rank: bool =
 
 @dataclass(slots=True, kw_only=True)
 class CheckContext:
-    """What a check sees: the harness, the target's capabilities, and a cache of runs."""
+    """What a check sees: the target's runs, its capabilities, and a cache of runs."""
 
-    harness: Harness
-    adapter: AdapterSpec
+    runs: Runs
     capabilities: frozenset[Capability]
     world_size: int = 2
     target_args: str = "target='reference'"  # how a reproducer names the target
@@ -127,7 +153,7 @@ class CheckContext:
         """The trace of one run (cached: a scenario is deterministic)."""
         key = json.dumps(scenario.to_json(), sort_keys=True)
         if key not in self._cache:
-            self._cache[key] = self.harness.run(scenario, adapter=self.adapter)
+            self._cache[key] = self.runs.run(scenario)
         return self._cache[key]
 
     def completed(self, scenario: Scenario) -> Trace:
@@ -160,9 +186,9 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
     """Run one check and classify how it ended."""
     started = time.monotonic()
 
-    scratch = str(ctx.harness.root)
+    scratch = str(ctx.runs.root)
 
-    def result(outcome: Any, evidence: str, detail: str = "") -> CheckResult:
+    def result(outcome: CheckOutcome, evidence: str, detail: str = "") -> CheckResult:
         return CheckResult(name=spec.name, clauses=spec.clauses, outcome=outcome,
                            evidence=portable(evidence, scratch),
                            duration_s=round(time.monotonic() - started, 3),
@@ -198,19 +224,18 @@ def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: i
     """Run a hypothesis property next to the trainer; failing examples come back shrunk."""
     from trainspec.conformance.checks.properties import reproducer
 
-    result = ctx.harness.property(name, runner=f"{reproducer.__module__}:run_property",
-                                  max_examples=max_examples, adapter=ctx.adapter)
-    if result.get("passed") is True:
-        return f"{result['examples']} generated score sequences and configs matched the oracle"
-    if result.get("passed") is None:
-        status = result.get("status")
-        message = f"{clause}: the property run {status}: {result.get('error')}"
-        if status == "timeout":
-            raise PropertyTimeout(message, str(result.get("detail", "")))
+    outcome = ctx.runs.property(name, runner=f"{reproducer.__module__}:run_property",
+                                max_examples=max_examples)
+    if outcome.verdict == "passed":
+        return f"{outcome.examples} generated score sequences and configs matched the oracle"
+    if outcome.verdict == "broke":
+        message = f"{clause}: the property run {outcome.status}: {outcome.error}"
+        if outcome.status == "timeout":
+            raise PropertyTimeout(message, outcome.detail)
         raise HarnessError(message)
-    repro = reproducer(ctx.target_args, clause, result["scenario"])
-    raise CheckFailed(f"{result['evidence']} [falsifying example after "
-                      f"{result['examples']} runs; reproducer in the detail]", repro)
+    repro = reproducer(ctx.target_args, clause, dict(outcome.scenario or {}))
+    raise CheckFailed(f"{outcome.evidence} [falsifying example after "
+                      f"{outcome.examples} runs; reproducer in the detail]", repro)
 
 
 class PropertyTimeout(Exception):

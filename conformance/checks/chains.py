@@ -44,9 +44,9 @@ def interrupt_and_resume(ctx: CheckContext, clause: str, s: Scenario,
     cached = ctx.memo.get(key)
     if isinstance(cached, ResumePair):
         return cached
-    root = ctx.harness.new_ckpt_root(f"{s.name}-{crash.where}-{crash.epoch}")
+    root = ctx.runs.new_ckpt_root(f"{s.name}-{crash.where}-{crash.epoch}")
     first = s.replace(name=f"{s.name}-crash-{crash.where}-{crash.epoch}", crash=crash)
-    interrupted = ctx.harness.run(first, adapter=ctx.adapter, ckpt_root=root)
+    interrupted = ctx.runs.run(first, ckpt_root=root)
     hit = [r for r in interrupted.ranks if r.crashes]
     if not hit:
         if not interrupted.completed:
@@ -71,7 +71,7 @@ def resume_after(ctx: CheckContext, clause: str, s: Scenario, interrupted: Trace
         raise CheckFailed(f"{clause}: {how}, the last.pt left does not load with "
                           f"weights_only=True: {last.error}")
     second = with_load(s, str(root / last.relpath), resume=True, name=f"{s.name}-resumed")
-    resumed = ctx.harness.run(second, adapter=ctx.adapter, ckpt_root=root)
+    resumed = ctx.runs.run(second, ckpt_root=root)
     if not resumed.completed:
         raise RunBroke(resumed, second)
     return ResumePair(interrupted=interrupted, checkpoint=last, resumed=resumed,
@@ -85,8 +85,8 @@ def source_checkpoint(ctx: CheckContext, clause: str, s: Scenario) -> tuple[Trac
     if isinstance(cached, tuple):
         trace, path = cached
         return trace, path
-    root = ctx.harness.new_ckpt_root(f"{s.name}-source")
-    trace = ctx.harness.run(s, adapter=ctx.adapter, ckpt_root=root)
+    root = ctx.runs.new_ckpt_root(f"{s.name}-source")
+    trace = ctx.runs.run(s, ckpt_root=root)
     if not trace.completed:
         raise RunBroke(trace, s)
     last = trace.newest("last")

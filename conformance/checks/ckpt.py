@@ -113,7 +113,7 @@ def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
         raise CheckFailed(f"CKPT-4: a missing checkpoint raised without naming the path "
                           f"tried: {r.error}")
     _, path = source_checkpoint(ctx, "CKPT-4", base)
-    root = ctx.harness.new_ckpt_root("ckpt-corrupt")
+    root = ctx.runs.new_ckpt_root("ckpt-corrupt")
     corrupt = root / "corrupt-last.pt"
     if os.path.isdir(path):  # a framework's checkpoint folder: every file in it is damaged
         shutil.copytree(path, corrupt)
@@ -174,7 +174,7 @@ class _RunsCode:
 @check("CKPT-3", requires={"checkpoint"}, covers=("CKPT-3.1", "CKPT-3.2"))
 def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
     """A checkpoint crafted to run code when unpickled never runs it, resume or finetune."""
-    root = ctx.harness.new_ckpt_root("ckpt-malicious")
+    root = ctx.runs.new_ckpt_root("ckpt-malicious")
     marker = root / "code-ran"
     evil = root / "malicious.pt"
     # pickling is safe; only unpickling runs __reduce__'s call, and this process never does
@@ -198,10 +198,10 @@ def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
     as the run that was never interrupted."""
     s = make_scenario("ckpt-sigterm", [0.3, 0.8, 0.5, 0.4, 0.35], cfg={"val.patience": 3})
     whole = ctx.completed(s).rank0
-    root = ctx.harness.new_ckpt_root("ckpt-sigterm")
+    root = ctx.runs.new_ckpt_root("ckpt-sigterm")
     crash = CrashPoint(where="train_end", epoch=1, how="sigterm")
-    interrupted = ctx.harness.run(s.replace(name="ckpt-sigterm-term", crash=crash),
-                                  adapter=ctx.adapter, ckpt_root=root)
+    interrupted = ctx.runs.run(s.replace(name="ckpt-sigterm-term", crash=crash),
+                               ckpt_root=root)
     r = interrupted.rank0
     if r.status == "completed" and r.epochs_trained == whole.epochs_trained:
         raise CheckFailed("CKPT-5: after SIGTERM during epoch 1 the run went on to the end; "

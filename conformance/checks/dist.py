@@ -362,7 +362,7 @@ def _lose_a_rank(ctx: CheckContext, how: CrashHow) -> tuple[Trace, float, float]
         s = dist_scenario(f"dist-lost-{how}", n, tuple(((0.5, 1.0),) * n for _ in range(3)),
                           cfg={"ddp.timeout_s": timeout_s, "val.patience": None}) \
             .replace(crash=crash)
-        trace = ctx.harness.run(s, adapter=ctx.adapter, timeout_s=stall_s + 15.0)
+        trace = ctx.runs.run(s, timeout_s=stall_s + 15.0)
         crashes = trace.ranks[n - 1].crashes
         if crashes:
             return trace, crashes[0].t, timeout_s

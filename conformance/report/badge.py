@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainspec.conformance.report.writers import write_text
+from trainspec.conformance.report.output import write_text
 from trainspec.conformance.spec.results import Report
 
 __all__ = ["badge", "write_badge"]

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainspec.conformance.report.writers import write_text
+from trainspec.conformance.report.output import write_text
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import VERDICTS, Report, Verdict
 from trainspec.errors import UsageError
@@ -217,7 +217,7 @@ def read_baseline(path: str | Path) -> Baseline:
         raise UsageError(f"--baseline {where}: expected a JSON baseline, cannot read it: {e}. "
                          f"Save it again with `{save}`.") from None
     if isinstance(data, dict) and isinstance(data.get("clauses"), list):  # a --report file
-        from trainspec.conformance.report.writers import from_json
+        from trainspec.conformance.report.json_io import from_json
 
         return from_report(from_json(data, source=str(where)), source=str(where))
     return from_json_baseline(data, source=str(where))

@@ -9,6 +9,10 @@ hand::
 
     python -m trainspec.conformance.report.specdocs [OUT_DIR] [--matrix FILE]
     # defaults: docs/spec, and matrix.json next to OUT_DIR (docs/matrix.json)
+
+Like every module of ``report/``, it imports only ``spec/``, ``report/`` and the errors; its
+command line alone reads the check registry (which checks verify each clause), lazily, when
+it writes the pages.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def read_matrix(path: Path) -> Matrix | None:
     Raises:
         UsageError: the file exists but is not a complete matrix.
     """
-    from trainspec.conformance.report.writers import from_json
+    from trainspec.conformance.report.json_io import from_json
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

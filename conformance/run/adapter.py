@@ -12,6 +12,7 @@ Adapters run inside worker processes: the process running the suite never import
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -19,7 +20,15 @@ from trainspec.conformance.run.records import Record
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 from trainspec.errors import AdapterError
 
-__all__ = ["CAPABILITIES", "Adapter", "Capability", "RunContext", "load_object"]
+__all__ = [
+    "CAPABILITIES",
+    "Adapter",
+    "Capability",
+    "DescribesCheckpoints",
+    "NamesFrameworkSources",
+    "RunContext",
+    "load_object",
+]
 
 Capability = Literal[
     "checkpoint",  # writes last.pt / best.pt / epoch_<e>.pt in the run directory
@@ -86,17 +95,31 @@ class Adapter(Protocol):
         ...
 
 
-# Optional on an adapter: ``describe_checkpoints(root: Path) -> list[dict]``, run in a worker
-# after each run, describing every file under ``root`` for the checkpoint clauses (role "last",
-# "best" or "epoch", epoch, step, top-level keys and types, load error; see
-# ``trainspec.conformance.run.files``). Without it the seed's names and keys are assumed
-# (``describe_seed_files``): last.pt, best.pt, epoch_<e>.pt holding epoch and train_step.
-#
-# Optional too: ``framework_sources() -> dict[str, str]``, clause IDs to a one-line pointer at
-# the framework code responsible for its behaviour there (a path relative to site-packages and
-# a function, e.g. "lightning/pytorch/callbacks/model_checkpoint.py, ModelCheckpoint.
-# _save_topk_checkpoint: ..."). A clause that fails gets it appended to its evidence, so a
-# framework maintainer can go straight to the code.
+@runtime_checkable
+class DescribesCheckpoints(Protocol):
+    """Optional: an adapter whose trainer names or fills its checkpoint files its own way.
+
+    Run in a worker right after each run, it describes every file under ``root`` for the
+    checkpoint clauses (role "last", "best" or "epoch", epoch, step, top-level keys and types,
+    load error; see ``trainspec.conformance.run.files``). Without it the seed's names and keys
+    are assumed (``describe_seed_files``): last.pt, best.pt, epoch_<e>.pt holding epoch and
+    train_step.
+    """
+
+    def describe_checkpoints(self, root: Path) -> Sequence[Mapping[str, object]]: ...
+
+
+@runtime_checkable
+class NamesFrameworkSources(Protocol):
+    """Optional: an adapter that points at the framework code behind each clause.
+
+    Clause IDs to a one-line pointer (a path relative to site-packages and a function, e.g.
+    "lightning/pytorch/callbacks/model_checkpoint.py, ModelCheckpoint._save_topk_checkpoint:
+    ..."). A clause that fails carries it in the report, so a framework maintainer can go
+    straight to the code.
+    """
+
+    def framework_sources(self) -> Mapping[str, str]: ...
 
 
 def load_object(ref: str) -> Any:

@@ -1,11 +1,13 @@
 """A worker process: imports torch and the adapter once, then forks one child per run.
 
-The harness starts one worker per rank and speaks JSON lines with it over stdin and a private
+The harness starts one worker per rank and speaks the typed requests and replies of
+:mod:`trainspec.conformance.run.protocol` with it, one JSON line each, over stdin and a private
 copy of stdout (fd 1 itself is pointed at stderr, so whatever the trainer prints cannot corrupt
 the protocol). Each run happens in a forked child, which makes every run start from the same warm
 state, lets a crash scenario really kill the process that trains, and bounds every run: a child
 that outlives its time is made to dump every thread's stack (faulthandler) and is killed with its
-whole process group. Nothing crosses a process boundary as a pickle.
+whole process group. Nothing crosses a process boundary as a pickle. A worker serves one
+adapter: the first request binds it, and the adapter is built once.
 
 Run as ``python -m trainspec.conformance.run.worker``.
 """
@@ -15,15 +17,43 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import reprlib
 import select
 import signal
 import sys
 import traceback
 import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from trainspec.conformance.run.adapter import (
+    CAPABILITIES,
+    Adapter,
+    Capability,
+    DescribesCheckpoints,
+    NamesFrameworkSources,
+)
 from trainspec.conformance.run.child import child_main, set_parent_death_signal
+from trainspec.conformance.run.protocol import (
+    JSON,
+    AdapterSpec,
+    Bind,
+    Describe,
+    Description,
+    Failure,
+    Property,
+    PropertyReply,
+    Ready,
+    Reply,
+    Run,
+    RunReply,
+    Shutdown,
+    decode_request,
+    encode,
+)
+from trainspec.errors import AdapterError, HarnessError
 
 __all__ = ["main"]
 
@@ -46,7 +76,82 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _run(req: dict[str, Any], adapter: Any) -> dict[str, Any]:
+def describe_adapter(adapter: object) -> Description:
+    """The adapter's description, validated: the one place that checks what it says.
+
+    Raises:
+        AdapterError: a method is missing, a capability is unknown, the environment is not
+            names to version strings, or ``framework_sources()`` is not clause IDs to strings.
+        TypeError: ``capabilities()`` returned something that does not sort as names.
+    """
+    if not isinstance(adapter, Adapter):
+        lacking = [m for m in ("name", "capabilities", "environment", "run")
+                   if not hasattr(adapter, m)]
+        raise AdapterError(f"{type(adapter).__qualname__} is not an adapter: it lacks "
+                           f"{', '.join(lacking)}")
+    capabilities = _capabilities(adapter.capabilities())
+    environment = _environment(adapter.environment())
+    sources = _sources(adapter.framework_sources()) \
+        if isinstance(adapter, NamesFrameworkSources) else {}
+    return Description(name=str(adapter.name), capabilities=capabilities,
+                       environment=environment, sources=sources)
+
+
+def _capabilities(declared: object) -> frozenset[Capability]:
+    # sorted: a set of mixed types or a number raises a TypeError that names the mistake
+    names = sorted(declared)  # type: ignore[call-overload]
+    unknown = sorted({str(c) for c in names} - CAPABILITIES)
+    if unknown:
+        hint = ""
+        if all(len(c) == 1 and c.isalpha() for c in unknown):
+            hint = (" (single letters: did capabilities() return one name as a string? "
+                    "Return a set of names, e.g. frozenset({'checkpoint', 'resume'}))")
+        raise AdapterError(f"capabilities() declared unknown names {unknown}{hint}; known: "
+                           f"{sorted(CAPABILITIES)}")
+    return frozenset(c for c in CAPABILITIES if c in names)
+
+
+def _environment(declared: object) -> dict[str, str | None]:
+    if not isinstance(declared, dict) or not all(
+            isinstance(k, str) and isinstance(v, str | None) for k, v in declared.items()):
+        raise AdapterError(f"environment() returned {reprlib.repr(declared)}; expected a dict "
+                           "of names to version strings or None (reports hold it as JSON), "
+                           "e.g. {'framework': 'lightning 2.4.0'}")
+    return dict(declared)
+
+
+def _sources(declared: object) -> dict[str, str]:
+    from trainspec.conformance.spec import clauses as registry
+
+    if not isinstance(declared, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in declared.items()):
+        raise AdapterError(f"framework_sources() returned {reprlib.repr(declared)}; expected "
+                           "a dict of clause IDs to one-line source pointers, e.g. {'NAN-1': "
+                           "'pkg/callbacks.py, EarlyStopping.check: NaN compares False'}")
+    unknown = sorted(set(declared) - {c.id for c in registry.CLAUSES})
+    if unknown:
+        raise AdapterError(f"framework_sources() names unknown clauses {unknown}; expected "
+                           "clause IDs such as 'NAN-1' (trainspec list prints them)")
+    return dict(declared)
+
+
+def describe_files(adapter: object, root: Path) -> tuple[JSON, ...]:
+    """The adapter's description of the files a run left (the seed's names by default).
+
+    Raises:
+        TypeError: the description is not JSON (it crosses a process boundary as JSON).
+    """
+    from trainspec.conformance.run.files import describe_seed_files
+
+    entries: Sequence[Mapping[str, object]] = (
+        adapter.describe_checkpoints(root) if isinstance(adapter, DescribesCheckpoints)
+        else describe_seed_files(root))
+    json.dumps(list(entries))  # JSON or nothing
+    return tuple({str(k): v for k, v in e.items()} for e in entries)
+
+
+def _run_child(request: Run | Property, adapter: object) -> RunReply:
+    """Fork a child for ``request``, wait for it within the bound, and say how it ended."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -55,52 +160,72 @@ def _run(req: dict[str, Any], adapter: Any) -> dict[str, Any]:
         try:
             os.setpgid(0, 0)
             set_parent_death_signal()
-            code = child_main(req, adapter)
+            # the child reads the request's JSON (child.py owns that side)
+            code = child_main(request.to_json(), adapter)
         finally:
             os._exit(code)
-    timeout_s = float(req["timeout_s"])
-    status = _wait(pid, timeout_s)
-    stack = ""
+    status = _wait(pid, request.timeout_s)
     if status is None:
-        log_path = Path(req["job_dir"]) / f"rank{req['rank']}.log"
-        offset = log_path.stat().st_size if log_path.exists() else 0
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGUSR1)
-        status = _wait(pid, 1.0)
-        if log_path.exists():
-            with log_path.open(errors="replace") as f:
-                f.seek(offset)
-                stack = f.read()[-20000:]
-        _kill_group(pid)
-        if status is None:
-            _, status = os.waitpid(pid, 0)
-        _kill_group(pid)
-        return {"status": "timeout", "stack": stack, "timeout_s": timeout_s}
+        return _timed_out(pid, request)
     _kill_group(pid)  # grandchildren (loader workers, launchers) go with it
     if os.WIFSIGNALED(status):
-        return {"status": "killed", "signal": os.WTERMSIG(status)}
-    code = os.WEXITSTATUS(status)
-    return {"status": "exited", "code": code}
+        return RunReply(status="killed", signal=os.WTERMSIG(status))
+    return RunReply(status="exited", code=os.WEXITSTATUS(status))
 
 
-def _describe_files(adapter: Any, root: Path) -> list[dict[str, Any]]:
-    """The adapter's description of the files a run left (the seed's names by default)."""
-    from trainspec.conformance.run.files import describe_seed_files
+def _timed_out(pid: int, request: Run | Property) -> RunReply:
+    """A child past its bound: dump every thread's stack into its log, then kill its group."""
+    rank = request.rank if isinstance(request, Run) else 0
+    log_path = Path(request.job_dir) / f"rank{rank}.log"
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGUSR1)
+    status = _wait(pid, 1.0)
+    stack = ""
+    if log_path.exists():
+        with log_path.open(errors="replace") as f:
+            f.seek(offset)
+            stack = f.read()[-20000:]
+    _kill_group(pid)
+    if status is None:
+        os.waitpid(pid, 0)
+    _kill_group(pid)
+    return RunReply(status="timeout", stack=stack, timeout_s=request.timeout_s)
 
-    describe = getattr(adapter, "describe_checkpoints", None)
-    entries = describe(root) if callable(describe) else describe_seed_files(root)
-    json.dumps(entries)  # JSON or nothing: a TypeError here becomes a worker_error reply
-    return list(entries)
+
+def _run(request: Run, adapter: object) -> RunReply:
+    for module in request.preload:
+        __import__(module)
+    reply = _run_child(request, adapter)
+    if not request.describe_files:
+        return reply
+    try:  # the files the run left, described now: no second round trip
+        files = describe_files(adapter, Path(request.ckpt_root))
+    except Exception as e:
+        return replace(reply, files_error=f"{type(e).__name__}: {e}\n"
+                       f"{traceback.format_exc()[-8000:]}")
+    return replace(reply, files=files)
 
 
-def _load_adapter(spec: dict[str, Any], cache: dict[str, Any]) -> Any:
-    key = json.dumps(spec, sort_keys=True)
-    if key not in cache:
-        from trainspec.conformance.run.adapter import load_object
+def _property(request: Property, adapter: object) -> PropertyReply:
+    reply = _run_child(request, adapter)
+    out = Path(request.job_dir) / "property.json"
+    if reply.status == "exited" and reply.code == 0 and out.exists():
+        result = json.loads(out.read_text())
+        if isinstance(result, dict):
+            return PropertyReply(run=reply, result=result)
+    return PropertyReply(run=reply)
 
-        factory = load_object(spec["factory"])
-        cache[key] = factory(*spec.get("args", []))
-    return cache[key]
+
+def _bind(spec: AdapterSpec) -> object:
+    """Build the adapter the worker serves; its preloads are imported once, here."""
+    from trainspec.conformance.run.adapter import load_object
+
+    factory = load_object(spec.factory)
+    adapter: object = factory(*spec.args)
+    for module in spec.preload:
+        __import__(module)
+    return adapter
 
 
 def _warm_up() -> None:
@@ -113,49 +238,45 @@ def _warm_up() -> None:
     torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(2, 2)))
 
 
+def _failure(e: BaseException) -> Failure:
+    return Failure(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-8000:])
+
+
+def _answer(request: Describe | Run | Property, adapter: object) -> Reply:
+    try:
+        if isinstance(request, Describe):
+            try:
+                return describe_adapter(adapter)
+            except AdapterError as e:  # the message says it all: no traceback
+                return Failure(error=str(e), kind="invalid")
+        if isinstance(request, Run):
+            return _run(request, adapter)
+        return _property(request, adapter)
+    except (Exception, SystemExit) as e:
+        return _failure(e)
+
+
 def _serve(proto: IO[str]) -> None:
-    cache: dict[str, Any] = {}
+    """Bind (the first request), then answer every request until shutdown or end of input."""
+    adapter: object = None
+    broken: Failure | None = Failure(error="HarnessError: the worker was never bound to an "
+                                     "adapter (the harness sends bind first)")
     for line in sys.stdin:
-        req = json.loads(line)
-        reply: dict[str, Any] = {"id": req.get("id")}
         try:
-            if req["op"] == "shutdown":
+            request = decode_request(line)
+        except HarnessError as e:
+            reply: Reply = _failure(e)
+        else:
+            if isinstance(request, Shutdown):
                 break
-            if req["op"] == "ping":
-                reply["ok"] = True
-            else:
-                adapter = _load_adapter(req["adapter"], cache)
-                for module in req.get("preload", []):
-                    __import__(module)
-                if req["op"] == "describe":
-                    lacking = [m for m in ("capabilities", "environment", "run")
-                               if not callable(getattr(adapter, m, None))]
-                    if lacking:
-                        raise TypeError(f"{type(adapter).__qualname__} is not an adapter: it "
-                                        f"lacks {', '.join(lacking)}")
-                    reply["name"] = str(adapter.name)
-                    reply["capabilities"] = sorted(adapter.capabilities())
-                    environment = adapter.environment()
-                    try:
-                        json.dumps(environment)
-                    except (TypeError, ValueError) as e:
-                        raise TypeError(f"environment() returned a value that is not JSON: "
-                                        f"{e}") from None
-                    reply["environment"] = environment
-                    sources = getattr(adapter, "framework_sources", None)
-                    if callable(sources):
-                        reply["sources"] = sources()
-                elif req["op"] in ("run", "property"):
-                    reply.update(_run(req, adapter))
-                elif req["op"] == "files":
-                    reply["files"] = _describe_files(adapter, Path(req["ckpt_root"]))
-                else:
-                    raise ValueError(f"unknown op {req['op']!r}")
-        except (Exception, SystemExit) as e:  # an adapter module may sys.exit on import
-            reply["status"] = "worker_error"
-            reply["error"] = f"{type(e).__name__}: {e}"
-            reply["traceback"] = traceback.format_exc()[-8000:]
-        proto.write(json.dumps(reply) + "\n")
+            if isinstance(request, Bind):  # no reply: a failure answers every later request
+                try:
+                    adapter, broken = _bind(request.adapter), None
+                except (Exception, SystemExit) as e:  # an adapter module may sys.exit
+                    broken = _failure(e)
+                continue
+            reply = broken if broken is not None else _answer(request, adapter)
+        proto.write(encode(reply) + "\n")
         proto.flush()
 
 
@@ -166,7 +287,7 @@ def main() -> None:
     warnings.simplefilter("ignore")  # the trainer's warnings are not the worker's business
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides when workers stop
     _warm_up()
-    proto.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    proto.write(encode(Ready(pid=os.getpid())) + "\n")
     proto.flush()
     _serve(proto)
 

@@ -17,6 +17,7 @@ __all__ = [
     "Level",
     "Report",
     "Verdict",
+    "to_verdict",
     "worst_verdict",
 ]
 
@@ -62,6 +63,10 @@ class ClauseResult:
     checks: tuple[CheckResult, ...] = ()
     deviation_reason: str | None = None
     note: str = ""  # e.g. "declared as a deviation but passes: remove it"
+    # kept apart from the evidence, so a consumer of the JSON gets each on its own; the
+    # writers show them after the evidence
+    framework_source: str | None = None  # the framework code its adapter holds responsible
+    docs: str | None = None  # the clause's spec page, for a selected clause that does not pass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +98,11 @@ class Report:
             if c.id == clause_id:
                 return c
         raise KeyError(clause_id)
+
+
+def to_verdict(outcome: CheckOutcome) -> Verdict:
+    """The clause verdict a single check outcome stands for (``failed`` -> ``fail``)."""
+    return _TO_VERDICT[outcome]
 
 
 def worst_verdict(outcomes: list[CheckOutcome]) -> Verdict:

@@ -1,0 +1,208 @@
+"""The JSON report (a contract, design.md): write it, and read it back.
+
+The JSON starts with ``"trainspec"`` (the header) and ends with ``"complete": true`` (the
+footer), so a report cut short by a killed job is detected on reading (:func:`from_json`). It
+holds every clause. A clause's ``evidence`` is the evidence line alone; ``framework_source``
+and ``docs`` come as fields of their own (absent in reports written before they existed,
+which still read).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, get_args
+
+from trainspec.conformance.report.output import write_text
+from trainspec.conformance.spec.results import (
+    VERDICTS,
+    CheckOutcome,
+    CheckResult,
+    ClauseResult,
+    Level,
+    Report,
+)
+from trainspec.errors import UsageError
+
+__all__ = ["from_json", "read_json", "to_json", "write_json"]
+
+_OUTCOMES: tuple[CheckOutcome, ...] = get_args(CheckOutcome)
+_LEVELS: tuple[Level, ...] = get_args(Level)
+_REPORT_KEYS = ("trainspec", "target", "environment", "conformant", "selected", "clauses",
+                "summary", "duration_s", "complete")
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The report as design.md's JSON object; ``"complete": true`` is the last key."""
+    return {
+        "trainspec": report.trainspec,
+        "target": report.target,
+        "environment": dict(report.environment),
+        "conformant": report.conformant,
+        "selected": list(report.selected),
+        "clauses": [_clause_json(c) for c in report.clauses],
+        "summary": dict(report.summary),
+        "duration_s": report.duration_s,
+        "complete": True,
+    }
+
+
+def _clause_json(clause: ClauseResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": clause.id, "level": clause.level, "title": clause.title,
+        "verdict": clause.verdict, "evidence": clause.evidence,
+        "checks": [{"name": c.name, "outcome": c.outcome, "duration_s": c.duration_s}
+                   for c in clause.checks],
+    }
+    if clause.deviation_reason is not None:
+        out["deviation_reason"] = clause.deviation_reason
+    if clause.note:
+        out["note"] = clause.note
+    if clause.framework_source is not None:
+        out["framework_source"] = clause.framework_source
+    if clause.docs is not None:
+        out["docs"] = clause.docs
+    return out
+
+
+def write_json(report: Report, path: str | Path) -> None:
+    """Write :func:`to_json` to ``path`` (indented, UTF-8, newline at the end)."""
+    text = json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n"
+    write_text(path, text, "--report")
+
+
+def read_json(path: str | Path) -> Report:
+    """Read a report file written by :func:`write_json`.
+
+    Raises:
+        UsageError: the file is missing, not JSON, or not a complete trainspec report.
+    """
+    where = Path(path)
+    try:
+        data = json.loads(where.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"report {where}: no such file. Give the path of a report written "
+                         "with `trainspec check --report FILE.json`.") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"report {where}: expected a JSON report, cannot read it: {e}. "
+                         "Write it again with `trainspec check --report FILE.json`.") from None
+    return from_json(data, source=str(where))
+
+
+def from_json(data: object, *, source: str = "report") -> Report:
+    """Rebuild a :class:`Report` from :func:`to_json`'s output.
+
+    Check results keep their name, outcome and duration (the JSON carries no more); a check
+    that verifies several clauses comes back as one result naming all of them.
+
+    Raises:
+        UsageError: ``data`` is not a complete report (truncated, a key missing or mistyped).
+    """
+    obj = _mapping(data, source, "the report")
+    if obj.get("complete") is not True:
+        raise _bad(source, '"complete": true as the last key',
+                   "no such key: the report was cut short (a killed or failed job)")
+    missing = [k for k in _REPORT_KEYS if k not in obj]
+    if missing:
+        raise _bad(source, f"the keys {', '.join(_REPORT_KEYS)}", f"{', '.join(missing)} missing")
+    environment = _mapping(obj["environment"], source, '"environment"')
+    if not all(isinstance(v, str | None) for v in environment.values()):
+        raise _bad(source, '"environment" values that are strings or null', repr(environment))
+    raw = _list(obj["clauses"], source, '"clauses"')
+    entries = [_mapping(c, source, f'"clauses"[{i}]') for i, c in enumerate(raw)]
+    checks = _rebuild_checks(entries, source)
+    clauses = tuple(_clause_from_json(e, i, checks, source) for i, e in enumerate(entries))
+    selected = _list(obj["selected"], source, '"selected"')
+    report = Report(trainspec=_str(obj, "trainspec", source), target=_str(obj, "target", source),
+                    environment={str(k): v for k, v in environment.items()}, clauses=clauses,
+                    duration_s=_number(obj["duration_s"], source, '"duration_s"'),
+                    selected=tuple(str(s) for s in selected))
+    if obj["conformant"] is not report.conformant:
+        raise _bad(source, f'"conformant": {json.dumps(report.conformant)} (from the verdicts)',
+                   json.dumps(obj["conformant"]))
+    summary = _mapping(obj["summary"], source, '"summary"')
+    if dict(summary) != dict(report.summary):
+        raise _bad(source, f'"summary" to count the clauses\' verdicts: {dict(report.summary)}',
+                   f"{dict(summary)}")
+    return report
+
+
+def _rebuild_checks(entries: list[Mapping[str, Any]],
+                    source: str) -> dict[str, tuple[CheckOutcome, float, tuple[str, ...]]]:
+    """Check name -> (outcome, duration, the clauses it appears under)."""
+    out: dict[str, tuple[CheckOutcome, float, tuple[str, ...]]] = {}
+    for i, entry in enumerate(entries):
+        where = f'"clauses"[{i}].checks'
+        for j, raw in enumerate(_list(entry.get("checks"), source, where)):
+            c = _mapping(raw, source, f"{where}[{j}]")
+            name = _str(c, "name", source)
+            outcome = c.get("outcome")
+            if outcome not in _OUTCOMES:
+                raise _bad(source, f"{where}[{j}].outcome one of {', '.join(_OUTCOMES)}",
+                           repr(outcome))
+            duration = _number(c.get("duration_s"), source, f"{where}[{j}].duration_s")
+            seen = out.get(name, (outcome, duration, ()))[2]
+            out[name] = (outcome, duration, (*seen, str(entry.get("id"))))
+    return out
+
+
+def _clause_from_json(entry: Mapping[str, Any], index: int,
+                      checks: Mapping[str, tuple[CheckOutcome, float, tuple[str, ...]]],
+                      source: str) -> ClauseResult:
+    where = f'"clauses"[{index}]'
+    level, verdict = entry.get("level"), entry.get("verdict")
+    if level not in _LEVELS:
+        raise _bad(source, f"{where}.level one of {', '.join(_LEVELS)}", repr(level))
+    if verdict not in VERDICTS:
+        raise _bad(source, f"{where}.verdict one of {', '.join(VERDICTS)}", repr(verdict))
+    reason, framework_source, docs = (_optional_str(entry, key, where, source) for key in
+                                      ("deviation_reason", "framework_source", "docs"))
+    results = []
+    for c in entry["checks"]:
+        outcome, duration, clause_ids = checks[c["name"]]
+        results.append(CheckResult(name=c["name"], clauses=clause_ids, outcome=outcome,
+                                   evidence="", duration_s=duration))
+    return ClauseResult(id=_str(entry, "id", source), level=level, title=_str(entry, "title",
+                        source), verdict=verdict, evidence=_str(entry, "evidence", source),
+                        checks=tuple(results), deviation_reason=reason,
+                        note=str(entry.get("note", "")), framework_source=framework_source,
+                        docs=docs)
+
+
+def _optional_str(entry: Mapping[str, Any], key: str, where: str, source: str) -> str | None:
+    """A field that may be absent (older reports lack the newer ones) or a string."""
+    value = entry.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _bad(source, f"{where}.{key} a string", repr(value))
+    return value
+
+
+def _bad(source: str, expected: str, actual: str) -> UsageError:
+    return UsageError(f"{source}: not a trainspec report: expected {expected}, found {actual}. "
+                      "Write it again with `trainspec check --report FILE.json`.")
+
+
+def _mapping(value: object, source: str, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise _bad(source, f"{what} to be a JSON object", type(value).__name__)
+    return value
+
+
+def _list(value: object, source: str, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise _bad(source, f"{what} to be a JSON array", type(value).__name__)
+    return value
+
+
+def _str(obj: Mapping[str, Any], key: str, source: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise _bad(source, f'"{key}" to be a string', repr(value))
+    return value
+
+
+def _number(value: object, source: str, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(source, f"{what} to be a number", repr(value))
+    return float(value)

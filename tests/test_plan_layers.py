@@ -1,0 +1,73 @@
+"""The layering of the plan and the reports, enforced from the source.
+
+Configuration enters at the top: the command line and the pytest plugin read the environment
+and put what they read in the plan; nothing below them reads ``os.environ`` for
+configuration. The report writers depend on the result types only, never on the runner, the
+harness or the entry points; the runner depends on no writer.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "conformance"
+ENTRY_POINTS = {"cli.py", "plugin.py"}
+# modules below the entry points that touch os.environ for something other than configuration
+PROCESS_ENV = {
+    "run/session.py": "passes its own environment on to the worker processes it starts",
+    "run/child.py": "applies a run's torchrun variables (RANK, ...) inside the forked child",
+}
+# report/ may import these (specdocs reads the check registry lazily, for its command line)
+REPORT_MAY_IMPORT = ("trainspec.conformance.spec", "trainspec.conformance.report",
+                     "trainspec.errors")
+LAZY_EXCEPTIONS = {("report/specdocs.py", "trainspec.conformance.checks")}
+
+
+def modules() -> list[tuple[str, ast.Module]]:
+    return [(p.relative_to(ROOT).as_posix(), ast.parse(p.read_text(encoding="utf-8")))
+            for p in sorted(ROOT.rglob("*.py"))]
+
+
+def reads_environment(tree: ast.Module) -> list[int]:
+    """Lines that use ``os.environ`` or ``os.getenv``."""
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "os" and node.attr in ("environ", "getenv")]
+
+
+def imported(tree: ast.Module) -> list[str]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out += [alias.name for alias in node.names]
+    return out
+
+
+def test_no_module_below_the_entry_points_reads_configuration_from_the_environment() -> None:
+    found = [f"{rel}:{line}" for rel, tree in modules()
+             if rel not in ENTRY_POINTS and rel not in PROCESS_ENV
+             for line in reads_environment(tree)]
+    assert found == []
+
+
+@pytest.mark.parametrize("rel", sorted(PROCESS_ENV))
+def test_the_process_environment_exceptions_still_exist(rel: str) -> None:
+    assert (ROOT / rel).is_file()
+
+
+def test_the_reports_import_only_the_results_the_reports_and_the_errors() -> None:
+    found = [f"{rel} imports {module}" for rel, tree in modules() if rel.startswith("report/")
+             for module in imported(tree)
+             if module.startswith("trainspec.") and not module.startswith(REPORT_MAY_IMPORT)
+             and (rel, module) not in LAZY_EXCEPTIONS]
+    assert found == []
+
+
+def test_the_runner_imports_no_report_writer() -> None:
+    (tree,) = [t for rel, t in modules() if rel == "runner.py"]
+    assert not [m for m in imported(tree) if m.startswith("trainspec.conformance.report")]
