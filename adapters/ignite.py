@@ -14,6 +14,7 @@ from pathlib import Path
 from trainspec.adapters.ignite_files import describe_ignite_files
 from trainspec.adapters.ignite_run import IgniteRun
 from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.records import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 
 __all__ = ["IgniteAdapter"]
@@ -106,7 +107,7 @@ class IgniteAdapter:
         installed sources; paths relative to site-packages)."""
         return dict(_SOURCES)
 
-    def describe_checkpoints(self, root: Path) -> list[dict[str, object]]:
+    def describe_checkpoints(self, root: Path) -> list[FileRecord]:
         """Every file under ``root``: ``best_model_<g>_score=<s>.pt``, ``checkpoint_<i>.pt``
         and ``epoch_checkpoint_<i>.pt`` mapped to the roles "best", "last" and "epoch".
 
@@ -116,7 +117,7 @@ class IgniteAdapter:
         the trainer's ``iteration``.
         """
         # as JSON: the worker sends the entries on as they are (FileRecord.to_json)
-        return [record.to_json() for record in describe_ignite_files(root)]
+        return describe_ignite_files(root)
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
         if ctx.world_size == 1:

@@ -13,6 +13,7 @@ from pathlib import Path
 from trainspec.adapters.keras_files import describe_keras_files
 from trainspec.adapters.keras_run import KerasRun, keras_module
 from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.records import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 
 __all__ = ["KerasAdapter"]
@@ -100,7 +101,7 @@ class KerasAdapter:
         installed sources; paths relative to site-packages)."""
         return dict(_SOURCES)
 
-    def describe_checkpoints(self, root: Path) -> list[dict[str, object]]:
+    def describe_checkpoints(self, root: Path) -> list[FileRecord]:
         """Every file under ``root``: BackupAndRestore's ``backup/latest.weights.h5`` as the
         "last" checkpoint, ModelCheckpoint's ``best.keras`` as "best" and ``epochNN.keras`` as
         "epoch". ``epoch`` is read from BackupAndRestore's ``training_metadata.json`` (its
@@ -109,7 +110,7 @@ class KerasAdapter:
         accumulation: the file does not say how many batches an update took). Files are read
         with zipfile, json and h5py: never unpickled."""
         # as JSON: the worker sends the entries on as they are (FileRecord.to_json)
-        return [record.to_json() for record in describe_keras_files(root)]
+        return describe_keras_files(root)
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
         KerasRun(scenario, ctx).run()

@@ -95,7 +95,7 @@ def test_files_ignite_writes_are_described_by_role_epoch_and_step(tmp_path: Path
     adapter = IgniteAdapter()
     adapter.run(s, ctx)
     described = describe_ignite_files(tmp_path)
-    assert adapter.describe_checkpoints(tmp_path) == [e.to_json() for e in described]
+    assert adapter.describe_checkpoints(tmp_path) == described
     entries = {e.relpath: e for e in described}
     roles = {name: e.role for name, e in entries.items()}
     assert roles == {"best_model_2_score=0.8000.pt": "best", "checkpoint_18.pt": "last",

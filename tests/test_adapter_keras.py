@@ -83,7 +83,7 @@ def test_a_run_reports_keras_decisions_and_describes_its_files(tmp_path: Path) -
     from trainspec.adapters.keras_files import describe_keras_files
 
     described = describe_keras_files(tmp_path)
-    assert adapter.describe_checkpoints(tmp_path) == [f.to_json() for f in described]
+    assert adapter.describe_checkpoints(tmp_path) == described
     files = {f.relpath: f for f in described}
     assert {k: f.role for k, f in files.items()} == {
         "backup/latest.weights.h5": "last", "backup/training_metadata.json": None,

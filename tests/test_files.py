@@ -33,8 +33,7 @@ def test_seed_names_map_to_roles_and_temporaries_to_none() -> None:
 
 def test_a_seed_checkpoint_is_described_by_its_progress_and_keys(tmp_path: Path) -> None:
     torch.save({"epoch": 3, "train_step": 12, "run_id": "r", "config": {}}, tmp_path / "last.pt")
-    (entry,) = describe_seed_files(tmp_path)
-    record = FileRecord.from_json(entry)
+    (record,) = describe_seed_files(tmp_path)
     assert (record.role, record.epoch, record.step, record.error) == ("last", 3, 12, None)
     assert record.keys == ("config", "epoch", "run_id", "train_step")
     assert record.types["run_id"] == "str"
@@ -44,8 +43,8 @@ def test_describing_a_malicious_checkpoint_records_an_error_and_runs_nothing(
         tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     torch.save({"epoch": 0, "payload": _RunsCode(str(marker))}, tmp_path / "best.pt")
-    (entry,) = describe_seed_files(tmp_path)
-    assert entry["error"]
+    (record,) = describe_seed_files(tmp_path)
+    assert record.error
     assert not marker.exists()
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from trainspec.conformance.run.records import Record
+from trainspec.conformance.run.records import FileRecord, Record
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 from trainspec.errors import AdapterError
 
@@ -101,12 +101,13 @@ class DescribesCheckpoints(Protocol):
 
     Run in a worker right after each run, it describes every file under ``root`` for the
     checkpoint clauses (role "last", "best" or "epoch", epoch, step, top-level keys and types,
-    load error; see ``trainspec.conformance.run.files``). Without it the seed's names and keys
+    load error; see ``trainspec.conformance.run.files.describe_files``, which builds them for a
+    framework's own names and format). Without it the seed's names and keys
     are assumed (``describe_seed_files``): last.pt, best.pt, epoch_<e>.pt holding epoch and
     train_step.
     """
 
-    def describe_checkpoints(self, root: Path) -> Sequence[Mapping[str, object]]: ...
+    def describe_checkpoints(self, root: Path) -> Sequence[FileRecord]: ...
 
 
 @runtime_checkable

@@ -10,6 +10,7 @@ roles (its ``describe_checkpoints(root)``), so every checkpoint clause reads one
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -74,25 +75,24 @@ def file_entry(path: Path, root: Path, role: str | None) -> dict[str, Any]:
             "keys": [], "types": {}, "error": None}
 
 
-def describe_seed_files(root: Path) -> list[dict[str, Any]]:
-    """Every file under ``root``; checkpoint files loaded weights-only, never trusted."""
-    entries: list[dict[str, Any]] = []
+def describe_seed_files(root: Path) -> list[FileRecord]:
+    """Every file under ``root`` under the seed's names; each ``.pt`` file (a checkpoint or a
+    temporary one) loaded weights-only, never trusted."""
     if not root.exists():
-        return entries
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        entry = file_entry(path, root, seed_role(path.name))
-        if path.suffix == ".pt":
-            entry.update(_read(path))
-        entries.append(entry)
-    return entries
+        return []
+    return [_read_seed(path, file_record(path, root, seed_role(path.name)))
+            if path.suffix == ".pt" else file_record(path, root, seed_role(path.name))
+            for path in sorted(p for p in root.rglob("*") if p.is_file())]
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read_seed(path: Path, record: FileRecord) -> FileRecord:
     content, error = load_dict(path)
     if content is None:
-        return {"error": error}
-    return {"epoch": as_int(content.get("epoch")), "step": as_int(content.get("train_step")),
-            **top_level(content)}
+        return dataclasses.replace(record, error=error)
+    listing = top_level(content)
+    return dataclasses.replace(record, epoch=as_int(content.get("epoch")),
+                               step=as_int(content.get("train_step")),
+                               keys=tuple(listing["keys"]), types=listing["types"])
 
 
 def file_record(path: Path, root: Path, role: Role | None) -> FileRecord:

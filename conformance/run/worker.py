@@ -23,7 +23,7 @@ import signal
 import sys
 import traceback
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import IO
@@ -142,12 +142,18 @@ def describe_files(adapter: object, root: Path) -> tuple[JSON, ...]:
         TypeError: the description is not JSON (it crosses a process boundary as JSON).
     """
     from trainspec.conformance.run.files import describe_seed_files
+    from trainspec.conformance.run.records import FileRecord
 
-    entries: Sequence[Mapping[str, object]] = (
+    entries: Sequence[object] = (
         adapter.describe_checkpoints(root) if isinstance(adapter, DescribesCheckpoints)
         else describe_seed_files(root))
-    json.dumps(list(entries))  # JSON or nothing
-    return tuple({str(k): v for k, v in e.items()} for e in entries)
+    out = []
+    for entry in entries:
+        # a FileRecord, or a JSON description validated field by field
+        record = entry if isinstance(entry, FileRecord) else FileRecord.from_json(entry)
+        out.append(record.to_json())
+    json.dumps(out)  # JSON or nothing
+    return tuple(out)
 
 
 def _run_child(request: Run | Property, adapter: object) -> RunReply:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any
 
 from trainspec.adapters.base_trainer import BaseTrainerAdapter
 from trainspec.conformance.run.files import describe_seed_files
+from trainspec.conformance.run.records import FileRecord
 
 
 class BlindToCheckpoints(BaseTrainerAdapter):
     """Every file loses its role: the checkpoint clauses must see no checkpoint at all."""
 
-    def describe_checkpoints(self, root: Path) -> list[dict[str, Any]]:
-        return [{**entry, "role": None} for entry in describe_seed_files(root)]
+    def describe_checkpoints(self, root: Path) -> list[FileRecord]:
+        return [dataclasses.replace(entry, role=None) for entry in describe_seed_files(root)]
