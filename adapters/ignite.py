@@ -14,7 +14,7 @@ from pathlib import Path
 from trainspec.adapters.ignite_files import describe_ignite_files
 from trainspec.adapters.ignite_run import IgniteRun
 from trainspec.conformance.run.adapter import Capability, RunContext
-from trainspec.conformance.run.records import FileRecord
+from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 
 __all__ = ["IgniteAdapter"]

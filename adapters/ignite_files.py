@@ -13,6 +13,7 @@ from pathlib import Path
 from stat import S_ISREG
 
 from trainspec.conformance.run.files import (
+    FileRecord,
     Role,
     as_int,
     describe_files,
@@ -20,7 +21,7 @@ from trainspec.conformance.run.files import (
     top_level,
 )
 from trainspec.conformance.run.recording import FileContent, snapshot_file
-from trainspec.conformance.run.records import FileRecord, FileSnapshot, Weights
+from trainspec.conformance.run.records import FileSnapshot, Weights
 from trainspec.conformance.run.task import plain_weights
 
 __all__ = ["describe_ignite_files", "file_role", "model_weights", "newest", "progress",

@@ -13,7 +13,7 @@ from pathlib import Path
 from trainspec.adapters.keras_files import describe_keras_files
 from trainspec.adapters.keras_run import KerasRun, keras_module
 from trainspec.conformance.run.adapter import Capability, RunContext
-from trainspec.conformance.run.records import FileRecord
+from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 
 __all__ = ["KerasAdapter"]

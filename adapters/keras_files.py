@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from trainspec.conformance.run.files import Role, describe_files, error_line
-from trainspec.conformance.run.records import FileRecord, FileSnapshot, Weights
+from trainspec.conformance.run.files import FileRecord, Role, describe_files, error_line
+from trainspec.conformance.run.records import FileSnapshot, Weights
 
 __all__ = ["BACKUP_DIR", "BACKUP_WEIGHTS", "BEST_FILE", "PERIODIC_PATTERN", "WeightNames",
            "backup_epoch", "describe_keras_files", "file_role", "snapshot"]

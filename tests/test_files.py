@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from trainspec.conformance.checks import CHECKS, run_check
-from trainspec.conformance.run.files import describe_seed_files, seed_role
+from trainspec.conformance.run.files import FileRecord, describe_seed_files, seed_role
 from trainspec.conformance.run.harness import AdapterSpec, Harness
-from trainspec.conformance.run.records import FileRecord
 from trainspec.conformance.runner import open_context, resolve_target
 
 ROOT = Path(__file__).resolve().parent.parent

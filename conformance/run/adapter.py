@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from trainspec.conformance.run.records import FileRecord, Record
+from trainspec.conformance.run.files import FileRecord
+from trainspec.conformance.run.records import Record
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 from trainspec.errors import AdapterError
 

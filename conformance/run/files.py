@@ -12,21 +12,81 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from trainspec.conformance.run.records import FileRecord
+from trainspec.conformance.run.jsonfields import FieldReader, RecordError
 
-__all__ = ["ROLES", "Role", "as_int", "describe_files", "describe_seed_files", "error_line",
-           "file_entry", "file_record", "load_dict", "seed_role", "top_level"]
+__all__ = ["ROLES", "FileRecord", "Role", "as_int", "describe_files", "describe_seed_files",
+           "error_line", "file_entry", "file_record", "load_dict", "seed_role", "top_level"]
 
 Role = Literal["last", "best", "epoch"]
 ROLES: tuple[Role, ...] = ("last", "best", "epoch")
 
 _EPOCH_FILE = re.compile(r"^epoch_\d+\.pt$")
+
+
+def seed_role_name(role: object) -> Role | None:
+    """``role`` as a :data:`Role` (validated by the caller), or None."""
+    for known in ROLES:
+        if role == known:
+            return known
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileRecord:
+    """A file left under the run's checkpoint folder, as its adapter describes it.
+
+    ``role`` is "last", "best" or "epoch" for a checkpoint, None for anything else;
+    ``keys``/``types`` are its top-level entries; ``error`` says why it does not load
+    (weights-only). ``holds``, when the adapter gives it, names what the file holds in the
+    spec's terms, whatever the framework's own key names: any of "epoch", "step", "run_id",
+    "config", "model", "optimizer", "scheduler" (CKPT-1 then judges it instead of the seed's
+    key names).
+    """
+
+    relpath: str
+    size: int
+    mtime_ns: int
+    role: Role | None = None
+    epoch: int | None = None
+    step: int | None = None
+    keys: tuple[str, ...] = ()
+    types: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+    holds: tuple[str, ...] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.relpath.rsplit("/", 1)[-1]
+
+    def to_json(self) -> dict[str, object]:
+        return {"relpath": self.relpath, "size": self.size, "mtime_ns": self.mtime_ns,
+                "role": self.role, "epoch": self.epoch, "step": self.step,
+                "keys": list(self.keys), "types": dict(self.types), "error": self.error,
+                "holds": None if self.holds is None else list(self.holds)}
+
+    @classmethod
+    def from_json(cls, entry: object) -> FileRecord:
+        """Raises RecordError naming the field when ``entry`` is not a file description."""
+        if not isinstance(entry, dict):
+            raise RecordError(f"file description: expected a JSON object, got "
+                              f"{type(entry).__name__}")
+        r = FieldReader("file", str(entry.get("relpath")), entry)
+        role = entry.get("role")
+        if role is not None and role not in ROLES:
+            raise r.bad("role", "'last', 'best', 'epoch' or null")
+        return cls(relpath=r.text("relpath"), size=r.integer("size"),
+                   mtime_ns=r.integer("mtime_ns"), role=seed_role_name(role),
+                   epoch=r.opt_int("epoch"), step=r.opt_int("step"), keys=r.names("keys"),
+                   types=r.strings("types", "a dict of key names to type names"),
+                   error=r.opt_text("error"),
+                   holds=None if entry.get("holds") is None else r.names("holds"))
 
 
 def seed_role(name: str) -> Role | None:

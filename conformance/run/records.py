@@ -22,6 +22,7 @@ from typing import Literal, TypeAlias
 
 import torch
 
+from trainspec.conformance.run.jsonfields import FieldReader, RecordError, decode, encode
 from trainspec.conformance.run.scenario import CrashWhere
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "ConfigSeen",
     "Crash",
     "Done",
-    "FileRecord",
     "FileSnapshot",
     "Phase",
     "Record",
@@ -59,10 +59,6 @@ Weights: TypeAlias = dict[str, torch.Tensor]
 Nested: TypeAlias = object
 Phase = Literal["first", "epoch"]
 StatePart = Literal["weights", "optimizer", "scheduler", "rng"]
-
-
-class RecordError(ValueError):
-    """A record line that does not decode: the message names the record kind and the field."""
 
 
 # -------------------------------------------------------------------------- shared parts
@@ -247,33 +243,6 @@ _KIND_OF: dict[type, str] = {cls: kind for kind, cls in RECORD_TYPES.items()}
 # -------------------------------------------------------------------------------- codec
 
 
-def encode(obj: object) -> object:
-    """A JSON-able form of nested containers of tensors, numbers and strings."""
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu()
-        return {"__tensor__": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-                "data": t.reshape(-1).tolist()}
-    if isinstance(obj, Mapping):
-        return {str(k): encode(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [encode(v) for v in obj]
-    if obj is None or isinstance(obj, bool | int | float | str):
-        return obj  # NaN and infinities travel as JSON's NaN/Infinity literals
-    return repr(obj)
-
-
-def decode(obj: object) -> object:
-    """Inverse of :func:`encode` (tuples come back as lists)."""
-    if isinstance(obj, dict):
-        if "__tensor__" in obj:
-            dtype = getattr(torch, str(obj["__tensor__"]))
-            return torch.tensor(obj["data"], dtype=dtype).reshape(obj["shape"])
-        return {k: decode(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [decode(v) for v in obj]
-    return obj
-
-
 def kind_of(record: Record) -> str:
     """The record's kind as its JSON line names it (``"train_start"``, ``"val"``, ...)."""
     return _KIND_OF[type(record)]
@@ -306,9 +275,7 @@ def from_json(data: object) -> Record:
     if cls is None:
         raise RecordError(f"record: unknown kind {kind!r}; expected one of "
                           f"{sorted(RECORD_TYPES)}")
-    reader = _Reader(str(kind), data)
-    built = _BUILDERS[cls](reader)
-    return built
+    return _BUILDERS[cls](FieldReader("record", str(kind), data))
 
 
 # the event dicts ``RunContext.emit`` took before records, under their old key names; goes
@@ -334,113 +301,44 @@ def from_legacy_event(event: Mapping[str, object]) -> Record:
     return from_json(data)
 
 
-class _Reader:
-    """Typed access to one record's fields, each failure naming the record and the field."""
-
-    def __init__(self, kind: str, data: Mapping[str, object]) -> None:
-        self.kind, self.data = kind, data
-
-    def _bad(self, name: str, expected: str) -> RecordError:
-        value = self.data.get(name, "<missing>")
-        return RecordError(f"record {self.kind!r}: field {name!r} should be {expected}, got "
-                           f"{str(value)[:80]!r}")
-
-    def integer(self, name: str) -> int:
-        value = self.data.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise self._bad(name, "an integer")
-
-    def opt_int(self, name: str) -> int | None:
-        return None if self.data.get(name) is None else self.integer(name)
-
-    def number(self, name: str, default: float | None = None) -> float:
-        value = decode(self.data.get(name))
-        if value is None and default is not None:
-            return default
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise self._bad(name, "a number")
-
-    def text(self, name: str, default: str | None = None) -> str:
-        value = self.data.get(name, default)
-        if isinstance(value, str):
-            return value
-        raise self._bad(name, "a string")
-
-    def flag(self, name: str) -> bool:
-        value = self.data.get(name)
-        if isinstance(value, bool):
-            return value
-        raise self._bad(name, "true or false")
-
-    def weights(self, name: str) -> Weights:
-        value = decode(self.data.get(name))
-        if isinstance(value, dict) and all(isinstance(v, torch.Tensor) for v in value.values()):
-            return {str(k): v for k, v in value.items()}
-        raise self._bad(name, "a dict of tensors")
-
-    def opt_weights(self, name: str) -> Weights | None:
-        return None if self.data.get(name) is None else self.weights(name)
-
-    def snapshot(self, name: str) -> FileSnapshot | None:
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise self._bad(name, "a file snapshot")
-        sub = _Reader(f"{self.kind}.{name}", value)
-        return FileSnapshot(path=sub.text("path"), mtime_ns=sub.integer("mtime_ns"),
-                            size=sub.integer("size"), epoch=sub.opt_int("epoch"),
-                            step=sub.opt_int("step"), weights=sub.opt_weights("weights"),
-                            error=None if value.get("error") is None else sub.text("error"))
-
-    def sizes(self, name: str) -> dict[str, int | None]:
-        value = self.data.get(name, {})
-        if not isinstance(value, dict):
-            raise self._bad(name, "a dict of loader names to sizes")
-        out: dict[str, int | None] = {}
-        for key, size in value.items():
-            if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
-                raise self._bad(name, "a dict of loader names to integers or null")
-            out[str(key)] = size
-        return out
-
-    def state(self, name: str) -> TrainerState:
-        value = self.data.get(name)
-        if not isinstance(value, dict):
-            raise self._bad(name, "a trainer state")
-        sub = _Reader(f"{self.kind}.{name}", value)
-        rng = value.get("rng") or {}
-        if not isinstance(rng, dict):
-            raise sub._bad("rng", "a dict of generator names to digests")
-        return TrainerState(weights=sub.weights("weights"),
-                            optimizer=decode(value.get("optimizer")),
-                            scheduler=decode(value.get("scheduler")),
-                            rng={str(k): str(v) for k, v in rng.items()})
-
-    def config(self, name: str) -> ConfigSeen:
-        value = self.data.get(name) or {}
-        if not isinstance(value, dict):
-            raise self._bad(name, "the config values seen")
-        mode, preds = value.get("wandb_mode"), value.get("save_preds_enable")
-        return ConfigSeen(wandb_mode=None if mode is None else str(mode),
-                          save_preds_enable=None if preds is None else bool(preds))
+def _snapshot(r: FieldReader, name: str) -> FileSnapshot | None:
+    sub = r.optional_object(name, "a file snapshot")
+    if sub is None:
+        return None
+    return FileSnapshot(path=sub.text("path"), mtime_ns=sub.integer("mtime_ns"),
+                        size=sub.integer("size"), epoch=sub.opt_int("epoch"),
+                        step=sub.opt_int("step"), weights=sub.opt_weights("weights"),
+                        error=sub.opt_text("error"))
 
 
-def _phase(r: _Reader) -> Phase:
+def _state(r: FieldReader, name: str) -> TrainerState:
+    sub = r.object(name, "a trainer state")
+    return TrainerState(weights=sub.weights("weights"), optimizer=sub.nested("optimizer"),
+                        scheduler=sub.nested("scheduler"),
+                        rng=sub.strings("rng", "a dict of generator names to digests"))
+
+
+def _config(r: FieldReader, name: str) -> ConfigSeen:
+    sub = r.optional_object(name, "the config values seen")
+    if sub is None:
+        return ConfigSeen()
+    return ConfigSeen(wandb_mode=sub.opt_text("wandb_mode"),
+                      save_preds_enable=sub.opt_flag("save_preds_enable"))
+
+
+def _phase(r: FieldReader) -> Phase:
     phase = r.text("phase")
     if phase not in ("first", "epoch"):
-        raise r._bad("phase", "'first' or 'epoch'")
+        raise r.bad("phase", "'first' or 'epoch'")
     return "first" if phase == "first" else "epoch"
 
 
-_BUILDERS: dict[type, Callable[[_Reader], Record]] = {
+_BUILDERS: dict[type, Callable[[FieldReader], Record]] = {
     Setup: lambda r: Setup(epoch=r.integer("epoch"), train_step=r.integer("train_step"),
-                           train_len=r.integer("train_len"), config=r.config("config")),
+                           train_len=r.integer("train_len"), config=_config(r, "config")),
     TrainStart: lambda r: TrainStart(
-        epoch=r.integer("epoch"), train_step=r.integer("train_step"), state=r.state("state"),
-        last_file_epoch=r.opt_int("last_file_epoch"), best_file=r.snapshot("best_file")),
+        epoch=r.integer("epoch"), train_step=r.integer("train_step"), state=_state(r, "state"),
+        last_file_epoch=r.opt_int("last_file_epoch"), best_file=_snapshot(r, "best_file")),
     TrainEnd: lambda r: TrainEnd(
         epoch=r.integer("epoch"), train_step=r.integer("train_step"), batches=r.integer("batches"),
         optimizer_steps=r.integer("optimizer_steps"), loader_len=r.integer("loader_len"),
@@ -449,12 +347,12 @@ _BUILDERS: dict[type, Callable[[_Reader], Record]] = {
     Validation: lambda r: Validation(
         epoch=r.integer("epoch"), phase=_phase(r), score=r.number("score", math.nan),
         improved=r.flag("improved"), stop=r.flag("stop"), weights=r.weights("weights"),
-        best_file=r.snapshot("best_file")),
+        best_file=_snapshot(r, "best_file")),
     TestPass: lambda r: TestPass(weights=r.weights("weights")),
     RunEnd: lambda r: RunEnd(train_step=r.integer("train_step"),
                              final_weights=r.weights("final_weights"),
                              best_model=r.opt_weights("best_model"),
-                             best_file=r.snapshot("best_file")),
+                             best_file=_snapshot(r, "best_file")),
     Write: lambda r: Write(path=r.text("path"), via=_via(r), t=r.number("t", 0.0)),
     Crash: lambda r: Crash(where=_where(r), how=r.text("how"), epoch=r.opt_int("epoch"),
                            bytes=r.opt_int("bytes"), t=r.number("t", 0.0)),
@@ -467,7 +365,7 @@ _BUILDERS: dict[type, Callable[[_Reader], Record]] = {
 }
 
 
-def _via(r: _Reader) -> Literal["open", "rename", "torch.save"]:
+def _via(r: FieldReader) -> Literal["open", "rename", "torch.save"]:
     via = r.text("via")
     if via == "open":
         return "open"
@@ -475,72 +373,12 @@ def _via(r: _Reader) -> Literal["open", "rename", "torch.save"]:
         return "rename"
     if via == "torch.save":
         return "torch.save"
-    raise r._bad("via", "'open', 'rename' or 'torch.save'")
+    raise r.bad("via", "'open', 'rename' or 'torch.save'")
 
 
-def _where(r: _Reader) -> CrashWhere:
+def _where(r: FieldReader) -> CrashWhere:
     where = r.text("where")
     for known in ("train_start", "train_end", "val_start", "val_after_save", "write"):
         if where == known:
             return known
-    raise r._bad("where", "a crash point")
-
-
-# ------------------------------------------------------------------------- file records
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FileRecord:
-    """A file left under the run's checkpoint folder, as its adapter describes it.
-
-    ``role`` is "last", "best" or "epoch" for a checkpoint, None for anything else;
-    ``keys``/``types`` are its top-level entries; ``error`` says why it does not load
-    (weights-only). ``holds``, when the adapter gives it, names what the file holds in the
-    spec's terms, whatever the framework's own key names: any of "epoch", "step", "run_id",
-    "config", "model", "optimizer", "scheduler" (CKPT-1 then judges it instead of the seed's
-    key names).
-    """
-
-    relpath: str
-    size: int
-    mtime_ns: int
-    role: Literal["last", "best", "epoch"] | None = None
-    epoch: int | None = None
-    step: int | None = None
-    keys: tuple[str, ...] = ()
-    types: Mapping[str, str] = field(default_factory=dict)
-    error: str | None = None
-    holds: tuple[str, ...] | None = None
-
-    @property
-    def name(self) -> str:
-        return self.relpath.rsplit("/", 1)[-1]
-
-    def to_json(self) -> dict[str, object]:
-        return {"relpath": self.relpath, "size": self.size, "mtime_ns": self.mtime_ns,
-                "role": self.role, "epoch": self.epoch, "step": self.step,
-                "keys": list(self.keys), "types": dict(self.types), "error": self.error,
-                "holds": None if self.holds is None else list(self.holds)}
-
-    @classmethod
-    def from_json(cls, entry: object) -> FileRecord:
-        """Raises RecordError naming the field when ``entry`` is not a file description."""
-        if not isinstance(entry, dict):
-            raise RecordError(f"file description: expected a JSON object, got "
-                              f"{type(entry).__name__}")
-        r = _Reader(f"file {entry.get('relpath')!r}", entry)
-        role = entry.get("role")
-        if role not in (None, "last", "best", "epoch"):
-            raise r._bad("role", "'last', 'best', 'epoch' or null")
-        types = entry.get("types") or {}
-        holds = entry.get("holds")
-        if not isinstance(types, dict) or not isinstance(entry.get("keys", []), list) or (
-                holds is not None and not isinstance(holds, list)):
-            raise r._bad("keys", "a list of names, types a dict, holds a list or null")
-        return cls(relpath=r.text("relpath"), size=r.integer("size"),
-                   mtime_ns=r.integer("mtime_ns"), role=role, epoch=r.opt_int("epoch"),
-                   step=r.opt_int("step"),
-                   keys=tuple(str(k) for k in entry.get("keys", [])),
-                   types={str(k): str(v) for k, v in types.items()},
-                   error=None if entry.get("error") is None else str(entry["error"]),
-                   holds=None if holds is None else tuple(str(h) for h in holds))
+    raise r.bad("where", "a crash point")

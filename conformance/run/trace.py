@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 import torch
 
+from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.records import (
     Crash,
-    FileRecord,
     FileSnapshot,
     Record,
     RecordError,

@@ -141,8 +141,7 @@ def describe_files(adapter: object, root: Path) -> tuple[JSON, ...]:
     Raises:
         TypeError: the description is not JSON (it crosses a process boundary as JSON).
     """
-    from trainspec.conformance.run.files import describe_seed_files
-    from trainspec.conformance.run.records import FileRecord
+    from trainspec.conformance.run.files import FileRecord, describe_seed_files
 
     entries: Sequence[object] = (
         adapter.describe_checkpoints(root) if isinstance(adapter, DescribesCheckpoints)

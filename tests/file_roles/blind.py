@@ -6,8 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from trainspec.adapters.base_trainer import BaseTrainerAdapter
-from trainspec.conformance.run.files import describe_seed_files
-from trainspec.conformance.run.records import FileRecord
+from trainspec.conformance.run.files import FileRecord, describe_seed_files
 
 
 class BlindToCheckpoints(BaseTrainerAdapter):
