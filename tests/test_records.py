@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
+from trainspec.conformance.checks import CHECKS, run_check
+from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.run.memory import MemoryContext
 from trainspec.conformance.run.records import (
     RECORD_TYPES,
@@ -34,6 +37,7 @@ from trainspec.conformance.run.records import (
     to_json,
 )
 from trainspec.conformance.run.trace import MALFORMED, parse_rank, read_records
+from trainspec.conformance.runner import open_context, resolve_target
 
 
 def _weights(seed: int) -> dict[str, torch.Tensor]:
@@ -208,3 +212,23 @@ def test_an_old_style_event_dict_becomes_the_same_record(tmp_path: Path) -> None
               "loader_lens": {"val_loader": 2, "eval_loader": None},
               "loader_batches": {"val_loader": 2, "eval_loader": None}})
     assert ctx.records == [ONE_OF_EACH[0], ONE_OF_EACH[2]]
+
+
+def test_a_run_with_a_malformed_record_is_an_adapter_error_naming_the_field() -> None:
+    root = str(Path(__file__).resolve().parent.parent)
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, previous) if p)
+    try:
+        target = resolve_target("tests.bad_adapters.malformed:RecordsAMalformedValidation")
+        with Harness(target.adapter, timeout_s=30) as harness:
+            ctx, _ = open_context(target, harness, world_size=1)
+            result = run_check(CHECKS["check_loop_trains_each_epoch_once_in_order"], ctx)
+    finally:
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
+    assert result.outcome == "error"
+    assert "the run raised: RecordError: record 'val': field 'epoch' should be an integer, " \
+        "got 'two'" in result.evidence
+    assert "line 2 of rank0.events.jsonl" in result.detail

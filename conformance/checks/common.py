@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from trainspec.conformance.checks.base import CheckFailed
-from trainspec.conformance.run.records import Validation, Weights
+from trainspec.conformance.run.records import StatePart, TrainerState, Validation, Weights
 from trainspec.conformance.run.scenario import Scenario, ScoreScript, Task
 from trainspec.conformance.run.trace import RankTrace, Trace, first_difference
 from trainspec.conformance.spec.oracle import Outcome, decide, expected_validations
@@ -123,6 +123,23 @@ def _match_rank(clause: str, s: Scenario, r: RankTrace, expected: Outcome, what:
         if trained != list(expected.epochs_trained):
             raise CheckFailed(f"{clause}: epochs trained{on} {trained}, expected "
                               f"{list(expected.epochs_trained)} {context}")
+
+
+ITEMS: tuple[StatePart, ...] = ("optimizer", "scheduler")  # registered items besides weights
+
+
+def item_difference(expected: TrainerState, observed: TrainerState) -> tuple[str, str] | None:
+    """The first registered item whose state differs, as (item, first difference); None when
+    all are bitwise equal. An item ``expected`` lacks is not compared; one ``observed`` lacks
+    reads as empty, so the difference names the first entry it misses."""
+    for item in ITEMS:
+        want, got = expected.part(item), observed.part(item)
+        if want is None:
+            continue
+        diff = first_difference({item: want}, {item: {} if got is None else got})
+        if diff is not None:
+            return item, diff
+    return None
 
 
 def weights_diff(a: Weights | None, b: Weights | None) -> str | None:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import source_checkpoint, with_load
-from trainspec.conformance.checks.common import describe, make_scenario, weights_diff
+from trainspec.conformance.checks.common import (
+    describe,
+    item_difference,
+    make_scenario,
+    weights_diff,
+)
 from trainspec.conformance.run.scenario import Scenario, Task
-from trainspec.conformance.run.trace import RankTrace, Trace, Weights, first_difference
+from trainspec.conformance.run.trace import RankTrace, Trace, Weights
 
 __all__: list[str] = []
 
 NAN = float("nan")
-_ITEMS: tuple[Literal["optimizer", "scheduler"], ...] = ("optimizer", "scheduler")
 
 
 def _source(ctx: CheckContext, clause: str) -> tuple[Trace, str]:
@@ -60,15 +62,11 @@ def _fresh_start(clause: str, ctx: CheckContext, how: str, s: Scenario, source: 
         raise CheckFailed(f"{clause}: the {how} did not start from the weights of the "
                           f"checkpoint it loaded ({which}): {diff}")
     scratch = ctx.completed(s.replace(name="ft-scratch")).rank0.train_epochs[0]
-    for item in _ITEMS:
-        want = scratch.state.part(item)
-        if want is None:
-            continue
-        got = first.state.part(item)
-        diff = first_difference({item: want}, {item: {} if got is None else got})
-        if diff is not None:
-            raise CheckFailed(f"{clause}: the {how} started with a restored {item} state, "
-                              f"not a fresh one ({diff}); a finetune restores weights only")
+    found = item_difference(scratch.state, first.state)
+    if found is not None:
+        item, diff = found
+        raise CheckFailed(f"{clause}: the {how} started with a restored {item} state, "
+                          f"not a fresh one ({diff}); a finetune restores weights only")
 
 
 @check("FT-1", requires={"finetune", "checkpoint"})

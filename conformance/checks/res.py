@@ -9,7 +9,6 @@ the best weights and ``best.pt``, then the final weights.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import (
@@ -18,15 +17,14 @@ from trainspec.conformance.checks.chains import (
     interrupt_and_resume,
     with_load,
 )
-from trainspec.conformance.checks.common import make_scenario, weights_diff
+from trainspec.conformance.checks.common import item_difference, make_scenario, weights_diff
+from trainspec.conformance.run.records import StatePart
 from trainspec.conformance.run.scenario import CrashPoint, Scenario, Task
 from trainspec.conformance.run.trace import RankTrace, TrainEpoch, first_difference
 
 __all__: list[str] = []
 
-_ITEMS: tuple[Literal["optimizer", "scheduler"], ...] = ("optimizer", "scheduler")
-_PARTS: tuple[Literal["weights", "optimizer", "scheduler", "rng"], ...] = (
-    "weights", "optimizer", "scheduler", "rng")
+_PARTS: tuple[StatePart, ...] = ("weights", "optimizer", "scheduler", "rng")
 
 # the best epoch (1) lies before every interruption and later scores are worse: a trainer that
 # forgets its incumbent takes a worse epoch as best after the resume; patience 3 stops after 4
@@ -105,17 +103,13 @@ def check_resume_restores_every_registered_item(ctx: CheckContext) -> str:
         ref = _epoch(whole, first.epoch)
         if ref is None:
             continue
-        for item in _ITEMS:
-            want = ref.state.part(item)
-            if want is None:
-                continue
-            got = first.state.part(item)
-            diff = first_difference({item: want}, {item: {} if got is None else got})
-            if diff is not None:
-                raise CheckFailed(
-                    f"RES-2: {_at(crash)} and resumed at epoch {first.epoch}, the {item} state "
-                    f"differs from the uninterrupted run ({diff}). Restore every registered "
-                    "item's state_dict on resume.")
+        found = item_difference(ref.state, first.state)
+        if found is not None:
+            item, diff = found
+            raise CheckFailed(
+                f"RES-2: {_at(crash)} and resumed at epoch {first.epoch}, the {item} state "
+                f"differs from the uninterrupted run ({diff}). Restore every registered "
+                "item's state_dict on resume.")
     return "optimizer (Adam moments, step) and LR scheduler equal the uninterrupted run's " \
         "at every resume point"
 

@@ -99,7 +99,7 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
     class Probe(base):  # type: ignore[misc]
         _trained_this_run = False
 
-        def setup(self, ckpt: dict[str, Any] | None) -> None:
+        def setup(self, ckpt: Mapping[str, object] | None) -> None:
             _setup(self, run, ckpt)
 
         def train_epoch(self) -> None:

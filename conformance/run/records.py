@@ -38,6 +38,7 @@ __all__ = [
     "RunError",
     "RunExit",
     "Setup",
+    "StatePart",
     "TestPass",
     "TrainEnd",
     "TrainStart",
@@ -57,6 +58,7 @@ Weights: TypeAlias = dict[str, torch.Tensor]
 # nested state as torch gives it (an optimizer's state_dict): dicts, lists, tensors, numbers
 Nested: TypeAlias = object
 Phase = Literal["first", "epoch"]
+StatePart = Literal["weights", "optimizer", "scheduler", "rng"]
 
 
 class RecordError(ValueError):
@@ -93,7 +95,7 @@ class TrainerState:
     scheduler: Nested | None = None
     rng: Mapping[str, str] = field(default_factory=dict)
 
-    def part(self, name: Literal["weights", "optimizer", "scheduler", "rng"]) -> Nested | None:
+    def part(self, name: StatePart) -> Nested | None:
         """One part by name, for comparisons that walk the parts in turn."""
         value: Nested | None = getattr(self, name)
         return value
@@ -101,7 +103,7 @@ class TrainerState:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigSeen:
-    """Config values as the trainer holds them after set-up (DBG-4, DBG-6): None when the
+    """Config values as the trainer holds them after set-up (DBG-3, DBG-6): None when the
     trainer has no such key."""
 
     wandb_mode: str | None = None
