@@ -21,17 +21,17 @@ import pytest
 import torch
 
 from tests.adapter_runs import check_clauses
-from trainspec.adapters.hf import (
-    HFTrainerAdapter,
+from trainspec.adapters.hf import HFTrainerAdapter, training_arguments
+from trainspec.adapters.hf_task import (
     eval_batch_size,
     eval_holders,
     pooled_tally,
     sample_tallies,
-    training_arguments,
 )
 from trainspec.conformance.checks.common import make_scenario
+from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.memory import MemoryContext
-from trainspec.conformance.run.records import Record
+from trainspec.conformance.run.records import Record, Validation
 from trainspec.conformance.run.scenario import CrashWhere, Scenario, ScoreScript, Task
 from trainspec.errors import AdapterError
 
@@ -83,7 +83,7 @@ def test_hf_adapter_runs_on_two_ranks(tmp_path: Path, selected: tuple[str, ...])
     # every rank saves its own rng_state_<rank>.pth: a framework finding, with its source
     assert chosen["DIST-4"]["verdict"] == "fail"
     assert "rng_state_1.pth" in chosen["DIST-4"]["evidence"]
-    assert "framework source: transformers/trainer.py" in chosen["DIST-4"]["evidence"]
+    assert chosen["DIST-4"]["framework_source"].startswith("transformers/trainer.py")
 
 
 def test_undeclared_capabilities_are_the_ones_the_trainer_cannot_express() -> None:
@@ -216,8 +216,8 @@ def _validations(scores: list[float], first: float | None = None,
     with tempfile.TemporaryDirectory(prefix="trainspec-hf-test-") as root:
         ctx = MemoryContext(Path(root))
         HFTrainerAdapter().run(s, ctx)
-    return [(e["phase"], e["epoch"], e["score"], e["improved"], e["stop"]) for e in ctx.events
-            if e["ev"] == "val"]
+    return [(r.phase, r.epoch, r.score, r.improved, r.stop) for r in ctx.records
+            if isinstance(r, Validation)]
 
 
 def test_events_report_the_trainers_own_decisions() -> None:
@@ -253,24 +253,29 @@ def _write_checkpoint(root: Path, step: int, epoch: float, best: str | None,
     return d
 
 
+def _described(root: Path) -> list[FileRecord]:
+    """The adapter's description of ``root``, read back as the harness reads it."""
+    return HFTrainerAdapter().describe_checkpoints(root)
+
+
 def test_checkpoint_directories_map_onto_roles(tmp_path: Path) -> None:
     pytest.importorskip("safetensors")
     _write_checkpoint(tmp_path, 6, 1.0, "checkpoint-6")
     _write_checkpoint(tmp_path, 12, 2.0, "checkpoint-6")
     _write_checkpoint(tmp_path, 18, 3.0, None, complete=False)
-    entries = HFTrainerAdapter().describe_checkpoints(tmp_path)
-    dirs = {(e["relpath"], e["role"]): e for e in entries if e["role"] is not None}
+    entries = _described(tmp_path)
+    dirs = {(e.relpath, e.role): e for e in entries if e.role is not None}
     assert set(dirs) == {("checkpoint-18", "last"), ("checkpoint-6", "best"),
                          ("checkpoint-12", "epoch")}
     best = dirs["checkpoint-6", "best"]
-    assert (best["epoch"], best["step"], best["error"]) == (0, 6, None)
-    assert {"model.safetensors", "trainer_state.json"} <= set(best["keys"])
-    assert dirs["checkpoint-12", "epoch"]["epoch"] == 1
+    assert (best.epoch, best.step, best.error) == (0, 6, None)
+    assert {"model.safetensors", "trainer_state.json"} <= set(best.keys)
+    assert dirs["checkpoint-12", "epoch"].epoch == 1
     torn = dirs["checkpoint-18", "last"]
-    assert torn["epoch"] is None
-    assert "no trainer_state.json" in torn["error"]
+    assert torn.epoch is None
+    assert "no trainer_state.json" in (torn.error or "")
     # every file is listed too, without a role
-    files = {e["relpath"] for e in entries if e["role"] is None}
+    files = {e.relpath for e in entries if e.role is None}
     assert "checkpoint-6/optimizer.pt" in files
     assert len(files) == 5 + 5 + 1
 
@@ -279,8 +284,7 @@ def test_a_checkpoint_both_newest_and_best_is_listed_under_each_role(tmp_path: P
     pytest.importorskip("safetensors")
     _write_checkpoint(tmp_path, 6, 1.0, "checkpoint-6")
     _write_checkpoint(tmp_path, 12, 2.0, "checkpoint-12")
-    roles = sorted((e["relpath"], e["role"]) for e in
-                   HFTrainerAdapter().describe_checkpoints(tmp_path) if e["role"])
+    roles = sorted((e.relpath, e.role) for e in _described(tmp_path) if e.role)
     assert roles == [("checkpoint-12", "best"), ("checkpoint-12", "last"),
                      ("checkpoint-6", "epoch")]
 
@@ -288,19 +292,19 @@ def test_a_checkpoint_both_newest_and_best_is_listed_under_each_role(tmp_path: P
 def test_a_mid_epoch_checkpoint_names_the_last_epoch_it_completed(tmp_path: Path) -> None:
     pytest.importorskip("safetensors")
     _write_checkpoint(tmp_path, 15, 2.5, None)  # a just-in-time checkpoint on SIGTERM
-    (entry,) = [e for e in HFTrainerAdapter().describe_checkpoints(tmp_path) if e["role"]]
-    assert (entry["role"], entry["epoch"], entry["step"]) == ("last", 1, 15)
+    (entry,) = [e for e in _described(tmp_path) if e.role]
+    assert (entry.role, entry.epoch, entry.step) == ("last", 1, 15)
 
 
 def test_a_checkpoint_saved_on_several_ranks_holds_one_rng_file_per_rank(
         tmp_path: Path) -> None:
     pytest.importorskip("safetensors")
     _write_checkpoint(tmp_path, 6, 1.0, "checkpoint-6", ranks=2)
-    entries = [e for e in HFTrainerAdapter().describe_checkpoints(tmp_path) if e["role"]]
-    assert {e["role"] for e in entries} == {"last", "best"}
+    entries = [e for e in _described(tmp_path) if e.role]
+    assert {e.role for e in entries} == {"last", "best"}
     for entry in entries:
-        assert entry["error"] is None
-        assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(entry["types"])
+        assert entry.error is None
+        assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(entry.types)
     (tmp_path / "checkpoint-6" / "rng_state_1.pth").write_bytes(b"torn")
-    (entry, *_) = [e for e in HFTrainerAdapter().describe_checkpoints(tmp_path) if e["role"]]
-    assert "rng_state_1.pth does not load weights-only" in entry["error"]
+    (entry, *_) = [e for e in _described(tmp_path) if e.role]
+    assert "rng_state_1.pth does not load weights-only" in (entry.error or "")

@@ -29,9 +29,11 @@ RULES: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
 # a module's own extra dependency: the example trainer scores with torchmetrics; the seed-shape
 # adapter builds an omegaconf config, lazily, for classes that take one
 EXTRA = {"reference/example.py": {"torchmetrics"}, "adapters/base_trainer.py": {"omegaconf"},
-         "adapters/lightning.py": {"lightning"}, "adapters/ignite.py": {"ignite"},
-         "adapters/ignite_run.py": {"ignite"},
-         "adapters/hf.py": {"transformers", "safetensors", "torchmetrics"},
+         "adapters/lightning.py": {"lightning"}, "adapters/lightning_module.py": {"lightning"},
+         "adapters/ignite.py": {"ignite"}, "adapters/ignite_run.py": {"ignite"},
+         "adapters/hf.py": {"transformers"}, "adapters/hf_run.py": {"transformers"},
+         "adapters/hf_files.py": {"transformers", "safetensors"},
+         "adapters/hf_task.py": {"torchmetrics"},
          "adapters/keras_run.py": {"keras"}, "adapters/keras_files.py": {"h5py"}}
 # optional everywhere, imported inside a function only: numpy's RNG is saved when numpy exists
 OPTIONAL = frozenset({"numpy"})
