@@ -186,9 +186,6 @@ class _RankContext:
     def record(self, record: Record) -> None:
         return None
 
-    def emit(self, event: dict[str, Any]) -> None:
-        return None
-
     def crash_point(self, where: CrashWhere, epoch: int) -> None:
         return None
 

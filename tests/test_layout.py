@@ -92,3 +92,86 @@ def test_the_package_root_stays_light() -> None:
     # importing trainspec (for the reference) must not pull in the suite
     top_level = [m for m, _, is_top in imports(ROOT / "trainspec" / "__init__.py") if is_top]
     assert all(m.split(".")[0] in STDLIB or m == "trainspec.errors" for m in top_level)
+
+
+# ------------------------------------------------------------ layers inside the suite
+# conformance/<layer>/ -> the conformance layers it may import (ARCHITECTURE.md): spec is pure,
+# run sits on spec, checks on both, report renders results only. The entry points at the top
+# (api, runner, targets, cli, plugin, deviations) may import any layer.
+LAYERS: dict[str, frozenset[str]] = {
+    "spec": frozenset({"spec"}),
+    "run": frozenset({"spec", "run"}),
+    "checks": frozenset({"spec", "run", "checks"}),
+    "report": frozenset({"spec", "report"}),
+}
+# (file, layer) pairs allowed inside a function only, each with its reason
+LAZY_EXCEPTIONS = {
+    # the spec pages name the checks that verify each clause
+    ("conformance/report/specdocs.py", "checks"),
+}
+PURE = frozenset({"spec"})  # layers that must not import torch (no processes, no tensors)
+TOP_LEVEL_LAYERS = frozenset({"api", "runner", "targets", "cli", "plugin", "deviations"})
+
+
+def layer_violations() -> list[str]:
+    found = []
+    for layer, allowed in LAYERS.items():
+        for path in sorted((ROOT / "conformance" / layer).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for module, line, is_top in imports(path):
+                parts = module.split(".")
+                if layer in PURE and parts[0] == "torch":
+                    found.append(f"{rel}:{line} imports torch (the {layer} layer is pure)")
+                if parts[:2] != ["trainspec", "conformance"] or len(parts) < 3:
+                    continue
+                target = parts[2]
+                if target in TOP_LEVEL_LAYERS:
+                    found.append(f"{rel}:{line} imports the entry point {module}")
+                elif target not in allowed and not (
+                        (rel, target) in LAZY_EXCEPTIONS and not is_top):
+                    found.append(f"{rel}:{line} imports {module} (layer {target})")
+    return found
+
+
+def test_each_layer_of_the_suite_imports_only_the_layers_below_it() -> None:
+    assert layer_violations() == []
+
+
+# ------------------------------------------------------------------------ sizes
+# a module of the package fits about 400 lines and a function a screen (style.md); these are
+# longer for a reason their docstrings give
+LONG_MODULES = {
+    "conformance/spec/clauses.py": "data: one entry per clause of the spec",
+    "conformance/spec/mutant_proofs.py": "generated data: one record per mutant declaration",
+    "reference/trainer.py": "the loop and the state its checkpoints carry are one unit",
+}
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
+
+
+def package_files() -> list[Path]:
+    return sorted(p for folder in ("reference", "conformance", "adapters")
+                  for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_no_module_of_the_package_is_over_400_lines() -> None:
+    long = {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+            for p in package_files()}
+    over = {rel: n for rel, n in long.items() if n > MAX_MODULE_LINES and rel not in LONG_MODULES}
+    assert over == {}
+
+
+def test_no_function_of_the_package_is_over_a_screen() -> None:
+    over = []
+    for path in package_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    over.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                                f"({length} lines)")
+    assert over == []
+
+
+def test_every_long_module_exemption_still_applies() -> None:
+    for rel in LONG_MODULES:
+        assert len((ROOT / rel).read_text(encoding="utf-8").splitlines()) > MAX_MODULE_LINES, rel

@@ -2,8 +2,8 @@
 
 Configuration enters at the top: the command line and the pytest plugin read the environment
 and put what they read in the plan; nothing below them reads ``os.environ`` for
-configuration. The report writers depend on the result types only, never on the runner, the
-harness or the entry points; the runner depends on no writer.
+configuration. The runner depends on no report writer (the layers themselves are in
+test_layout.py).
 """
 
 from __future__ import annotations
@@ -20,10 +20,6 @@ PROCESS_ENV = {
     "run/session.py": "passes its own environment on to the worker processes it starts",
     "run/child.py": "applies a run's torchrun variables (RANK, ...) inside the forked child",
 }
-# report/ may import these (specdocs reads the check registry lazily, for its command line)
-REPORT_MAY_IMPORT = ("trainspec.conformance.spec", "trainspec.conformance.report",
-                     "trainspec.errors")
-LAZY_EXCEPTIONS = {("report/specdocs.py", "trainspec.conformance.checks")}
 
 
 def modules() -> list[tuple[str, ast.Module]]:
@@ -58,14 +54,6 @@ def test_no_module_below_the_entry_points_reads_configuration_from_the_environme
 @pytest.mark.parametrize("rel", sorted(PROCESS_ENV))
 def test_the_process_environment_exceptions_still_exist(rel: str) -> None:
     assert (ROOT / rel).is_file()
-
-
-def test_the_reports_import_only_the_results_the_reports_and_the_errors() -> None:
-    found = [f"{rel} imports {module}" for rel, tree in modules() if rel.startswith("report/")
-             for module in imported(tree)
-             if module.startswith("trainspec.") and not module.startswith(REPORT_MAY_IMPORT)
-             and (rel, module) not in LAZY_EXCEPTIONS]
-    assert found == []
 
 
 def test_the_runner_imports_no_report_writer() -> None:

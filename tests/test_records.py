@@ -202,18 +202,6 @@ def test_a_memory_context_keeps_records_as_a_real_run_reads_them(tmp_path: Path)
     assert set(optimizer["state"]) == {"0", "1"}
 
 
-def test_an_old_style_event_dict_becomes_the_same_record(tmp_path: Path) -> None:
-    ctx = MemoryContext(tmp_path)
-    ctx.emit({"ev": "setup", "epoch": 0, "train_step": 0, "train_len_seen": 6,
-              "ckpt_given": False, "cfg_seen": {"wandb.mode": "disabled",
-                                                "save_preds.enable": False}})
-    ctx.emit({"ev": "train_end", "epoch": 1, "train_step": 12, "batches": 6,
-              "optimizer_steps": 6, "loader_len": 6, "loader_batch_size": 4,
-              "loader_lens": {"val_loader": 2, "eval_loader": None},
-              "loader_batches": {"val_loader": 2, "eval_loader": None}})
-    assert ctx.records == [ONE_OF_EACH[0], ONE_OF_EACH[2]]
-
-
 def test_a_run_with_a_malformed_record_is_an_adapter_error_naming_the_field() -> None:
     root = str(Path(__file__).resolve().parent.parent)
     previous = os.environ.get("PYTHONPATH")

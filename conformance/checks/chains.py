@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, RunBroke
+from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import CrashPoint, Scenario
-from trainspec.conformance.run.trace import FileRecord, Trace
+from trainspec.conformance.run.trace import Trace
 
 __all__ = ["ResumePair", "interrupt_and_resume", "resume_after", "source_checkpoint",
            "with_load"]

@@ -15,9 +15,10 @@ from trainspec.conformance.checks.chains import (
     with_load,
 )
 from trainspec.conformance.checks.common import make_scenario
+from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.records import Write
 from trainspec.conformance.run.scenario import CrashPoint
-from trainspec.conformance.run.trace import FileRecord, RankTrace
+from trainspec.conformance.run.trace import RankTrace
 
 __all__: list[str] = []
 

@@ -2,7 +2,7 @@
 
 An adapter turns a :class:`~trainspec.conformance.run.scenario.Scenario` into one run of its
 trainer, on one rank, and reports what happened through a :class:`RunContext` as events (the
-probe in ``trainspec.conformance.run.probe`` emits them for seed-shaped trainers). It declares
+probe in ``trainspec.conformance.run.probe`` records them for seed-shaped trainers). It declares
 what its trainer can do; clauses needing an undeclared capability come out ``n/a`` with the
 reason, never ``pass``.
 
@@ -69,10 +69,6 @@ class RunContext(Protocol):
         """Report one record (:mod:`trainspec.conformance.run.records`) in this rank's trace."""
         ...
 
-    def emit(self, event: dict[str, Any]) -> None:
-        """Deprecated: the untyped form of :meth:`record`, kept while producers move over."""
-        ...
-
     def crash_point(self, where: CrashWhere, epoch: int) -> None:
         """Call at each crash point; interrupts the run there when the scenario says so."""
         ...
@@ -92,7 +88,7 @@ class Adapter(Protocol):
         ...
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
-        """One run of the scenario on ``ctx.rank``; events go through ``ctx.emit``."""
+        """One run of the scenario on ``ctx.rank``; what happened goes through ``ctx.record``."""
         ...
 
 

@@ -64,12 +64,6 @@ class ChildContext:
         # and a line is on disk before the next statement, so a kill loses nothing recorded
         os.write(self._fd, (json.dumps(to_json(record)) + "\n").encode())
 
-    def emit(self, event: dict[str, Any]) -> None:
-        """Deprecated: an old-style event dict, recorded as the record it stands for."""
-        from trainspec.conformance.run.records import from_legacy_event
-
-        self.record(from_legacy_event(event))
-
     def crash_point(self, where: CrashWhere, epoch: int) -> None:
         from trainspec.conformance.run.probe import crash_matches, interrupt
         from trainspec.conformance.run.records import Crash

@@ -24,6 +24,7 @@ from typing import Literal
 
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
+from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.protocol import (
     AdapterSpec,
     Describe,
@@ -42,7 +43,6 @@ from trainspec.conformance.run.records import RunError
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.session import START_TIMEOUT_S, WorkerProcess
 from trainspec.conformance.run.trace import (
-    FileRecord,
     RankTrace,
     RunStatus,
     Trace,

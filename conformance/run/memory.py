@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from trainspec.conformance.run.records import Record, from_json, from_legacy_event, to_json
+from trainspec.conformance.run.records import Record, from_json, to_json
 from trainspec.conformance.run.scenario import CrashWhere
 
 __all__ = ["MemoryContext"]
@@ -35,16 +34,6 @@ class MemoryContext:
         # the same JSON round trip as a real run, so NaN, tensors and state dicts (string
         # keys) look alike to the checks
         self.records.append(from_json(json.loads(json.dumps(to_json(record)))))
-
-    def emit(self, event: dict[str, Any]) -> None:
-        """Deprecated: an old-style event dict, recorded as the record it stands for."""
-        self.record(from_legacy_event(json.loads(json.dumps(event))))
-
-    @property
-    def events(self) -> list[dict[str, Any]]:
-        """Deprecated: the records as JSON dicts, for tests not yet reading records (goes
-        with ``emit``)."""
-        return [to_json(r) for r in self.records]
 
     def crash_point(self, where: CrashWhere, epoch: int) -> None:
         return None

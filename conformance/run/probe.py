@@ -52,15 +52,13 @@ from trainspec.conformance.run.task import (
     draw_host_rngs,
     plain_weights,
     pool_with_torchmetrics,
-    rng_digests,
     task_data,
     task_model,
     task_optimizer,
     task_schedulers,
 )
 
-__all__ = ["crash_matches", "interrupt", "make_probe", "plain_weights", "pool_with_torchmetrics",
-           "rng_digests", "task_data", "task_model"]
+__all__ = ["crash_matches", "interrupt", "make_probe"]
 
 _EVAL_LOADERS = ("val_loader", "test_loader", "eval_loader")
 

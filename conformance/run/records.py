@@ -49,7 +49,6 @@ __all__ = [
     "decode",
     "encode",
     "from_json",
-    "from_legacy_event",
     "kind_of",
     "to_json",
 ]
@@ -276,29 +275,6 @@ def from_json(data: object) -> Record:
         raise RecordError(f"record: unknown kind {kind!r}; expected one of "
                           f"{sorted(RECORD_TYPES)}")
     return _BUILDERS[cls](FieldReader("record", str(kind), data))
-
-
-# the event dicts ``RunContext.emit`` took before records, under their old key names; goes
-# with ``emit`` once every producer records
-_LEGACY_KEYS = {"setup": {"train_len_seen": "train_len", "cfg_seen": "config"},
-                "train_end": {"loader_lens": "eval_lens", "loader_batches": "eval_batches"}}
-_LEGACY_CONFIG = {"wandb.mode": "wandb_mode", "save_preds.enable": "save_preds_enable"}
-
-
-def from_legacy_event(event: Mapping[str, object]) -> Record:
-    """The record an old-style event dict stands for (``emit``'s argument).
-
-    Raises:
-        RecordError: as :func:`from_json` does.
-    """
-    data = dict(event)
-    for old, new in _LEGACY_KEYS.get(str(data.get("ev")), {}).items():
-        if old in data and new not in data:
-            data[new] = data.pop(old)
-    config = data.get("config")
-    if data.get("ev") == "setup" and isinstance(config, Mapping):
-        data["config"] = {_LEGACY_CONFIG.get(str(k), str(k)): v for k, v in config.items()}
-    return from_json(data)
 
 
 def _snapshot(r: FieldReader, name: str) -> FileSnapshot | None:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
@@ -35,22 +35,17 @@ from trainspec.conformance.run.records import (
     Validation,
     Weights,
     Write,
-    encode,
     from_json,
     kind_of,
 )
-from trainspec.conformance.run.records import decode as _decode
 
 __all__ = [
     "MALFORMED",
-    "FileRecord",
     "RankTrace",
     "RunStatus",
     "Trace",
     "TrainEpoch",
     "Weights",
-    "decode",
-    "encode",
     "first_difference",
     "parse_rank",
     "read_records",
@@ -59,12 +54,6 @@ __all__ = [
 RunStatus = Literal["completed", "raised", "killed", "exited", "timeout", "lost"]
 # the type of the RunError standing for a line that is JSON but no record (the adapter's fault)
 MALFORMED = RecordError.__name__
-
-
-def decode(obj: object) -> Any:
-    """Deprecated: :func:`trainspec.conformance.run.records.decode`, untyped, for the adapter
-    tests that still read event dicts (goes with ``RunContext.emit``)."""
-    return _decode(obj)
 
 
 def read_records(path: Path) -> list[Record]:
