@@ -81,9 +81,10 @@ class UnsetPatienceIsNumEpochs(BaseTrainer):
 
 
 @mutant_of("check_decisions_match_the_oracle",
-           expect="the validation after val.first did not stop the run; "
-                  "expected a stop (patience left 0)",
-           proves=("PAT-5.1", "PAT-1.4", "PAT-3.3", "LOOP-2.4", "LOOP-2.5"))
+           # the falsifying example depends on the Hypothesis profile (dev: at val.first; ci:
+           # after epoch 1 with start_patience=1): the fragment is what both say
+           expect="did not stop the run; expected a stop (patience left 0)",
+           proves=("PAT-5.1", "PAT-3.3"))
 class StartPatienceOffByOne(BaseTrainer):
     """Counts from the epoch after val.start_patience (> instead of >=)."""
 
