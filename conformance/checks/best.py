@@ -9,7 +9,8 @@ from trainspec.conformance.checks.common import (
     match_decisions,
     weights_diff,
 )
-from trainspec.conformance.run.records import FileSnapshot
+from trainspec.conformance.run.records import FileSnapshot, Validation
+from trainspec.conformance.run.trace import RankTrace
 
 __all__: list[str] = []
 
@@ -50,46 +51,64 @@ def _identity(f: FileSnapshot | None) -> tuple[int, int, int | None] | None:
 
 
 @check("BEST-3", requires={"checkpoint"},
-       covers=("BEST-3.1", "BEST-3.2", "BEST-3.3", "BEST-3.4", "BEST-3.6"))
+       covers=("BEST-3.1", "BEST-3.2", "BEST-3.3", "BEST-3.4", "BEST-3.5", "BEST-3.6"))
 def check_best_file_follows_improvements(ctx: CheckContext) -> str:
     """best.pt is written on each improvement and only then, with that epoch's weights."""
-    s = make_scenario("best-file", [0.3, 0.5, 0.4, 0.6, 0.6])
-    r = ctx.completed(s).rank0
+    cases = [make_scenario("best-file", [0.3, 0.5, 0.4, 0.6, 0.6])]
+    if "val_first" in ctx.capabilities:
+        # val.first improves on nothing yet, so it writes best.pt, for epoch -1; nothing after
+        cases.append(make_scenario("best-file-first", [0.1, 0.2, 0.4], first=0.5))
+    writes = [_judge_best_writes(ctx.completed(s).rank0) for s in cases]
+    return f"best.pt rewritten at each of {' and '.join(map(str, writes))} improvements only, " \
+        "with epoch (-1 at val.first), step, weights"
+
+
+def _judge_best_writes(r: RankTrace) -> int:
+    """Every validation against best.pt before and after it; the count of improvements."""
     starts = {e.epoch: e.best_file for e in r.train_epochs}
+    ends = {e.epoch: e.end_step for e in r.train_epochs}
+    end_file = None if r.end is None else r.end.best_file
     writes = 0
     # best.pt as it stood when epoch e began, and when the next began (or the run ended): a
-    # trainer may write it during validation or later in the same epoch
+    # trainer may write it during validation or later in the same epoch. val.first comes
+    # before epoch 0 began, in a fresh folder: there was no best.pt before it
     for v in r.validations:
-        if v.phase != "epoch":
-            continue
-        before = starts.get(v.epoch)
-        after = starts.get(v.epoch + 1, None if r.end is None else r.end.best_file)
-        changed = _identity(after) != _identity(before)
+        first = v.phase == "first"
+        before = None if first else starts.get(v.epoch)
+        after = starts.get(0 if first else v.epoch + 1, end_file)
+        at = "val.first" if first else f"epoch {v.epoch}"
         if v.improved:
-            if after is None or after.error:
-                raise CheckFailed(f"BEST-3: epoch {v.epoch} improved but best.pt "
-                                  f"{'is missing' if after is None else 'does not load: '}"
-                                  f"{'' if after is None else after.error}")
-            if not changed:
-                raise CheckFailed(f"BEST-3: epoch {v.epoch} improved but best.pt was not "
-                                  "rewritten")
-            if after.epoch != v.epoch:
-                raise CheckFailed(f"BEST-3: best.pt written for the improvement at epoch "
-                                  f"{v.epoch} says epoch {after.epoch}")
-            step = next((e.end_step for e in r.train_epochs if e.epoch == v.epoch), None)
-            if after.step != step:
-                raise CheckFailed(f"BEST-3: best.pt for epoch {v.epoch} says train_step "
-                                  f"{after.step}, expected {step}")
-            diff = weights_diff(v.weights, after.weights)
-            if diff is not None:
-                raise CheckFailed(f"BEST-3: best.pt for epoch {v.epoch} holds other weights "
-                                  f"than the ones validated: {diff}")
+            want = (-1, 0) if first else (v.epoch, ends.get(v.epoch))
+            _judge_best_file(at, v, before, after, want)
             writes += 1
-        elif changed:
-            raise CheckFailed(f"BEST-3: epoch {v.epoch} did not improve but best.pt was "
+        elif _identity(after) != _identity(before):
+            raise CheckFailed(f"BEST-3: {at} did not improve but best.pt was "
                               f"{'written' if before is None else 'rewritten'} (now epoch "
                               f"{None if after is None else after.epoch})")
-    return f"best.pt rewritten at each of {writes} improvements only, with epoch, step, weights"
+    return writes
+
+
+def _judge_best_file(at: str, v: Validation, before: FileSnapshot | None,
+                     after: FileSnapshot | None, want: tuple[int, int | None]) -> None:
+    """best.pt after the improvement ``at``: rewritten, with ``want`` (epoch, step) and the
+    weights validated."""
+    if after is None or after.error:
+        raise CheckFailed(f"BEST-3: {at} improved but best.pt "
+                          f"{'is missing' if after is None else 'does not load: '}"
+                          f"{'' if after is None else after.error}")
+    if _identity(after) == _identity(before):
+        raise CheckFailed(f"BEST-3: {at} improved but best.pt was not rewritten")
+    epoch, step = want
+    if after.epoch != epoch:
+        raise CheckFailed(f"BEST-3: best.pt written for the improvement at {at} says epoch "
+                          f"{after.epoch}, expected {epoch}")
+    if after.step != step:
+        raise CheckFailed(f"BEST-3: best.pt for {at} says train_step {after.step}, expected "
+                          f"{step}")
+    diff = weights_diff(v.weights, after.weights)
+    if diff is not None:
+        raise CheckFailed(f"BEST-3: best.pt for {at} holds other weights than the ones "
+                          f"validated: {diff}")
 
 
 @check("BEST-4", requires={"test_pass"}, covers=("BEST-4.1", "BEST-4.2"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
 from trainspec.conformance.checks.chains import interrupt_and_resume
 from trainspec.conformance.checks.common import label, make_scenario, match_decisions
-from trainspec.conformance.run.scenario import CrashPoint
+from trainspec.conformance.run.scenario import CrashPoint, Scenario
 
 __all__: list[str] = []
 
@@ -78,14 +78,19 @@ def check_loop_zero_epochs_is_eval_only(ctx: CheckContext) -> str:
 
 
 @check("LOOP-4", requires={"test_pass", "early_stopping"},
-       covers=("LOOP-4.1", "LOOP-4.2", "LOOP-4.4"))
+       covers=("LOOP-4.1", "LOOP-4.2", "LOOP-4.3", "LOOP-4.4"))
 def check_loop_tests_once_after_the_loop(ctx: CheckContext) -> str:
-    """The test pass runs once after the loop, after exhaustion or early stop; never if off."""
-    cases = {
+    """The test pass runs once after the loop, after exhaustion or early stop (at val.first
+    too); never if off."""
+    cases: dict[str, Scenario] = {
         "exhaustion": make_scenario("loop-test-exhaust", [0.1, 0.2, 0.3]),
         "early stop": make_scenario("loop-test-stop", [0.5, 0.4, 0.3, 0.2],
                                     cfg={"val.patience": 1}),
     }
+    if "val_first" in ctx.capabilities:
+        # a NaN at val.first exhausts patience 1: the loop ends before any epoch trains
+        cases["an early stop at val.first"] = make_scenario(
+            "loop-test-stop-first", [0.5, 0.6], first=float("nan"), cfg={"val.patience": 1})
     for why, s in cases.items():
         r = ctx.completed(s).rank0
         if len(r.tests) != 1:
@@ -101,4 +106,4 @@ def check_loop_tests_once_after_the_loop(ctx: CheckContext) -> str:
     if r.tests:
         raise CheckFailed(f"LOOP-4: with test.enable=false the test pass ran {len(r.tests)} "
                           "time(s), expected never")
-    return "test ran once after exhaustion and after early stop, never with test.enable=false"
+    return f"test ran once after {', after '.join(cases)}; never with test.enable=false"

@@ -12,6 +12,25 @@ __all__ = ["PROOFS"]
 
 PROOFS: tuple[MutantProof, ...] = (
     MutantProof(
+        mutant="best:IgnoresMinimize",
+        check="check_best_needs_a_strictly_better_score",
+        proves=("BEST-1.1",),
+        expect=("the validation after epoch 2 scored 0.6 and was taken as an improvement; "
+                "expected none (scores [0.5, 0.5, 0.6, 0.4, 0.4], val.patience=None, "
+                "val.start_patience=0, val.minimize=True"),
+        slip=("Tracks the best as a maximum unless told otherwise: the config's val.minimize is"
+              " lost."),
+    ),
+    MutantProof(
+        mutant="best:IncumbentStartsAtZero",
+        check="check_best_needs_a_strictly_better_score",
+        proves=("BEST-1.2",),
+        expect=("the validation after epoch 0 scored 0.5 and was not taken as an improvement; "
+                "expected an improvement (scores [0.5, 0.5, 0.6, 0.4, 0.4], val.patience=None, "
+                "val.start_patience=0, val.minimize=True"),
+        slip="Starts the incumbent at 0.0 (\"a score is never below zero\"), not at -inf / +inf.",
+    ),
+    MutantProof(
         mutant="best:TieCountsAsImprovement",
         check="check_best_needs_a_strictly_better_score",
         proves=("BEST-1.3",),
@@ -27,11 +46,46 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="Keeps the state_dict itself, whose tensors share storage with the live parameters.",
     ),
     MutantProof(
+        mutant="best:BestFileEpochPlusOne",
+        check="check_best_file_follows_improvements",
+        proves=("BEST-3.4",),
+        expect="best.pt written for the improvement at epoch 0 says epoch 1, expected 0",
+        slip="Stamps best.pt with the epoch to resume from (completed + 1), as if it were last.pt.",
+    ),
+    MutantProof(
+        mutant="best:BestFileEpochZeroForValFirst",
+        check="check_best_file_follows_improvements",
+        proves=("BEST-3.5",),
+        expect="best.pt written for the improvement at val.first says epoch 0, expected -1",
+        slip="Stamps best.pt with `self.epoch`, which is 0, not -1, at the val.first validation.",
+    ),
+    MutantProof(
+        mutant="best:BestFileStaleStep",
+        check="check_best_file_follows_improvements",
+        proves=("BEST-3.6",),
+        expect="best.pt for epoch 0 says train_step 0, expected 6",
+        slip="Stamps best.pt with the step last logged, the previous epoch's, not the current one.",
+    ),
+    MutantProof(
         mutant="best:WritesBestEveryValidation",
         check="check_best_file_follows_improvements",
         proves=("BEST-3.2",),
         expect="epoch 2 did not improve but best.pt was rewritten",
         slip="Rewrites best.pt after every validation, improved or not.",
+    ),
+    MutantProof(
+        mutant="best:WritesBestOnlyOnce",
+        check="check_best_file_follows_improvements",
+        proves=("BEST-3.1",),
+        expect="epoch 1 improved but best.pt was not rewritten",
+        slip="Never overwrites best.pt: the first improvement's file stays, later ones are lost.",
+    ),
+    MutantProof(
+        mutant="best:WritesPreviousBestWeights",
+        check="check_best_file_follows_improvements",
+        proves=("BEST-3.3",),
+        expect="best.pt for epoch 1 holds other weights than the ones validated",
+        slip="Writes best.pt from the incumbent it replaces: the weights are the previous best's.",
     ),
     MutantProof(
         mutant="best:KeepsLastAsBest",
@@ -41,11 +95,28 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="nanoGPT's default: the latest weights become the best model at every validation.",
     ),
     MutantProof(
+        mutant="best:TestsInitialWeightsWithoutImprovement",
+        check="check_test_sees_best_weights",
+        proves=("BEST-4.2",),
+        expect=("every validation scored NaN, so no improvement could be recorded, yet the test"
+                " pass saw other weights than the final ones"),
+        slip=("Seeds best_model with the initial weights so test() always has one: a run that "
+              "never improved tests its untrained model."),
+    ),
+    MutantProof(
         mutant="best:TieCountsAsImprovement",
         check="check_best_selection_matches_the_oracle",
         proves=("BEST-1.3",),
         expect="was taken as an improvement; expected none (scores so far [0.125, 0.125]",
         slip="Compares with >= (<= when minimizing): a tie replaces the best.",
+    ),
+    MutantProof(
+        mutant="loop:ValFirstNotTracked",
+        check="check_best_selection_matches_the_oracle",
+        proves=("LOOP-2.4",),
+        expect=("the validation after val.first was not taken as an improvement; expected an "
+                "improvement"),
+        slip="Logs the val.first score as a baseline but keeps it out of best tracking.",
     ),
     MutantProof(
         mutant="ckpt:CheckpointOmitsTheOptimizer",
@@ -310,12 +381,45 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="An off-by-one in the epoch range: the final epoch never trains.",
     ),
     MutantProof(
+        mutant="loop:IgnoresValFirst",
+        check="check_loop_validates_on_schedule",
+        proves=("LOOP-2.3",),
+        expect=("validations ran after ['epoch 0', 'epoch 1'], expected ['val.first', 'epoch "
+                "0', 'epoch 1']"),
+        slip=("Guards validation with \"nothing trained yet, nothing to score\": val.first never "
+              "runs."),
+    ),
+    MutantProof(
+        mutant="loop:RepeatsValFirstOnResume",
+        check="check_loop_validates_on_schedule",
+        proves=("LOOP-2.6",),
+        expect="the run validated before training again (val.first repeated)",
+        slip=("Clears `is_resumed` once the checkpoint is restored, so the resumed loop runs "
+              "val.first."),
+    ),
+    MutantProof(
         mutant="loop:SkipsTheFinalValidation",
         check="check_loop_validates_on_schedule",
         proves=("LOOP-2.2",),
         expect=("validations ran after ['epoch 0', 'epoch 3'], expected ['epoch 0', 'epoch 3', "
                 "'epoch 4']"),
         slip="Validates on the every_n_epochs grid only, forgetting the final epoch.",
+    ),
+    MutantProof(
+        mutant="loop:ValidatesOnOddEpochs",
+        check="check_loop_validates_on_schedule",
+        proves=("LOOP-2.1",),
+        expect=("validations ran after ['epoch 1', 'epoch 3', 'epoch 4'], expected ['epoch 0', "
+                "'epoch 2', 'epoch 4']"),
+        slip="Counts epochs from 1 for the grid: `(e + 1) % n` validates after epochs 1, 3, ...",
+    ),
+    MutantProof(
+        mutant="loop:ReturnsEarlyWithNoEpochs",
+        check="check_loop_zero_epochs_is_eval_only",
+        proves=("LOOP-3.2",),
+        expect=("num_epochs=0 with val.first ran 0 validation(s), expected exactly the "
+                "val.first one"),
+        slip="Returns from train() at once when there is no epoch to train: no val.first, no test.",
     ),
     MutantProof(
         mutant="loop:TrainsOnceWhenZeroEpochs",
@@ -325,11 +429,32 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="Treats num_epochs=0 as 1: an eval-only run takes optimizer steps.",
     ),
     MutantProof(
+        mutant="loop:IgnoresTestEnable",
+        check="check_loop_tests_once_after_the_loop",
+        proves=("LOOP-4.4",),
+        expect="with test.enable=false the test pass ran 1 time(s), expected never",
+        slip="Runs the test pass whenever the trainer has a test(), whatever test.enable says.",
+    ),
+    MutantProof(
         mutant="loop:SkipsTestAfterEarlyStop",
         check="check_loop_tests_once_after_the_loop",
         proves=("LOOP-4.2",),
         expect="after early stop the test pass ran 0 time(s)",
         slip="Runs the test pass only when the loop ran to its end.",
+    ),
+    MutantProof(
+        mutant="loop:SkipsTestWhenStoppedBeforeTraining",
+        check="check_loop_tests_once_after_the_loop",
+        proves=("LOOP-4.3",),
+        expect="after an early stop at val.first the test pass ran 0 time(s)",
+        slip="Skips the test pass when the run stopped before training: \"nothing was trained\".",
+    ),
+    MutantProof(
+        mutant="loop:TestsAfterEveryValidation",
+        check="check_loop_tests_once_after_the_loop",
+        proves=("LOOP-4.1",),
+        expect="after exhaustion the test pass ran 3 time(s), expected exactly once",
+        slip="Runs the test pass inside the loop, after each validation, instead of once after it.",
     ),
     MutantProof(
         mutant="nan:NanWinsBest",
@@ -348,12 +473,28 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="Records a NaN score as the incumbent: no later finite score can beat it.",
     ),
     MutantProof(
+        mutant="nan:NanRefillsPatience",
+        check="check_nonfinite_score_counts_once_for_patience",
+        proves=("NAN-3.3",),
+        expect=("validations ran after ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3', 'epoch 4', "
+                "'epoch 5'], expected ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3'] (scores "
+                "[0.5, nan, nan, 0.4, 0.3, 0.2], val.patience=3"),
+        slip="Reads a non-finite score as \"no information\" and refills the counter on it.",
+    ),
+    MutantProof(
         mutant="nan:NanStopsAtOnce",
         check="check_nonfinite_score_counts_once_for_patience",
         proves=("NAN-3.1", "NAN-3.4"),
         expect=("validations ran after ['epoch 0', 'epoch 1'], expected ['epoch 0', 'epoch 1', "
                 "'epoch 2', 'epoch 3']"),
         slip="Treats a non-finite score as fatal for patience: stops right away.",
+    ),
+    MutantProof(
+        mutant="nan:RaisesOnNanScore",
+        check="check_nonfinite_score_counts_once_for_patience",
+        proves=("NAN-3.2",),
+        expect="the run raised: ValueError: validation score is nan",
+        slip="Guards save_if_best with a raise: one non-finite validation ends the whole run.",
     ),
     MutantProof(
         mutant="nan:NanPoisonsIncumbent",
@@ -372,6 +513,22 @@ PROOFS: tuple[MutantProof, ...] = (
               "NaN in."),
     ),
     MutantProof(
+        mutant="loop:TrainsAfterStopAtValFirst",
+        check="check_patience_stops_exactly_on_time",
+        proves=("LOOP-2.5",),
+        expect=("the val.first validation exhausted patience, yet the run went on to train "
+                "epochs [0, 1]"),
+        slip="Drops the val.first validation's stop verdict: the loop starts training regardless.",
+    ),
+    MutantProof(
+        mutant="pat:StopsOneValidationEarly",
+        check="check_patience_stops_exactly_on_time",
+        proves=("PAT-1.2",),
+        expect=("validations ran after ['epoch 0', 'epoch 1'], expected ['epoch 0', 'epoch 1', "
+                "'epoch 2'] (scores [0.5, 0.4, 0.3, 0.2, 0.1], val.patience=2"),
+        slip="Stops when one unit of patience is left (`<= 1`) instead of none.",
+    ),
+    MutantProof(
         mutant="pat:StopsOneValidationLate",
         check="check_patience_stops_exactly_on_time",
         proves=("PAT-1.1", "PAT-1.3"),
@@ -380,12 +537,30 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="Stops when the counter goes below zero instead of reaching it.",
     ),
     MutantProof(
+        mutant="pat:ValFirstSkipsPatience",
+        check="check_patience_stops_exactly_on_time",
+        proves=("PAT-1.4", "LOOP-2.4"),
+        expect=("the val.first validation scored nan with val.patience=1 and did not exhaust "
+                "patience"),
+        slip=("Leaves the val.first validation out of patience: \"no epoch trained, nothing to "
+              "count\"."),
+    ),
+    MutantProof(
         mutant="pat:NeverRefillsPatience",
         check="check_improvement_refills_patience",
         proves=("PAT-2.1",),
         expect=("validations ran after ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3'], expected "
                 "['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3', 'epoch 4', 'epoch 5', 'epoch 6']"),
         slip="Counts non-improvements since the start, not since the last improvement.",
+    ),
+    MutantProof(
+        mutant="pat:IgnoresImprovementsBeforeStartPatience",
+        check="check_start_patience_delays_counting",
+        proves=("PAT-3.2",),
+        expect=("the validation after epoch 0 scored 0.5 and was not taken as an improvement; "
+                "an improvement before val.start_patience=2 still counts for best tracking"),
+        slip=("Leaves warm-up epochs out of best tracking as well as patience: an early best is"
+              " lost."),
     ),
     MutantProof(
         mutant="pat:IgnoresStartPatience",
@@ -403,9 +578,16 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="The seed's default: unset patience becomes num_epochs, which val.first can exhaust.",
     ),
     MutantProof(
+        mutant="pat:UnsetPatienceIsOne",
+        check="check_unset_patience_never_stops",
+        proves=("PAT-4.1", "PAT-4.3"),
+        expect="(pat-unset) the run trained [0, 1] of 5 epochs and stopped after [1]",
+        slip="Reads unset patience as 1: the first non-improving validation stops the run.",
+    ),
+    MutantProof(
         mutant="pat:StartPatienceOffByOne",
         check="check_decisions_match_the_oracle",
-        proves=("PAT-5.1", "PAT-3.3"),
+        proves=("PAT-5.1", "PAT-3.4"),
         expect="did not stop the run; expected a stop (patience left 0)",
         slip="Counts from the epoch after val.start_patience (> instead of >=).",
     ),

@@ -59,3 +59,33 @@ class NanStopsAtOnce(BaseTrainer):
             self.patience_left = 0
             return True
         return super().step_patience(improved)
+
+
+@mutant_of("check_nonfinite_score_counts_once_for_patience",
+           expect="the run raised: ValueError: validation score is nan",
+           proves=("NAN-3.2",))
+class RaisesOnNanScore(BaseTrainer):
+    """Guards save_if_best with a raise: one non-finite validation ends the whole run."""
+
+    def save_if_best(self, score: float, metrics: Mapping[str, float] | None = None) -> bool:
+        if not math.isfinite(score):
+            raise ValueError(f"validation score is {score}; check the model for divergence")
+        return super().save_if_best(score, metrics)
+
+
+@mutant_of("check_nonfinite_score_counts_once_for_patience",
+           expect="validations ran after ['epoch 0', 'epoch 1', 'epoch 2', 'epoch 3', "
+                  "'epoch 4', 'epoch 5'], expected ['epoch 0', 'epoch 1', 'epoch 2', "
+                  "'epoch 3'] (scores [0.5, nan, nan, 0.4, 0.3, 0.2], val.patience=3",
+           proves=("NAN-3.3",))
+class NanRefillsPatience(BaseTrainer):
+    """Reads a non-finite score as "no information" and refills the counter on it."""
+
+    _last_score = 0.0
+
+    def save_if_best(self, score: float, metrics: Mapping[str, float] | None = None) -> bool:
+        self._last_score = score
+        return super().save_if_best(score, metrics)
+
+    def step_patience(self, improved: bool) -> bool:
+        return super().step_patience(improved or not math.isfinite(self._last_score))

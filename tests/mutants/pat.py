@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer
 
@@ -84,7 +86,7 @@ class UnsetPatienceIsNumEpochs(BaseTrainer):
            # the falsifying example depends on the Hypothesis profile (dev: at val.first; ci:
            # after epoch 1 with start_patience=1): the fragment is what both say
            expect="did not stop the run; expected a stop (patience left 0)",
-           proves=("PAT-5.1", "PAT-3.3"))
+           proves=("PAT-5.1", "PAT-3.4"))
 class StartPatienceOffByOne(BaseTrainer):
     """Counts from the epoch after val.start_patience (> instead of >=)."""
 
@@ -95,5 +97,65 @@ class StartPatienceOffByOne(BaseTrainer):
         if improved:
             self.patience_left = patience
         elif self.epoch > self.cfg.val.start_patience:
+            self.patience_left -= 1
+        return self.patience_left <= 0
+
+
+@mutant_of("check_patience_stops_exactly_on_time",
+           expect="validations ran after ['epoch 0', 'epoch 1'], "
+                  "expected ['epoch 0', 'epoch 1', 'epoch 2'] (scores [0.5, 0.4, 0.3, 0.2, 0.1], "
+                  "val.patience=2",
+           proves=("PAT-1.2",))
+class StopsOneValidationEarly(BaseTrainer):
+    """Stops when one unit of patience is left (`<= 1`) instead of none."""
+
+    def step_patience(self, improved: bool) -> bool:
+        stop = super().step_patience(improved)
+        return stop or (self.patience_left is not None and self.patience_left <= 1)
+
+
+@mutant_of("check_patience_stops_exactly_on_time",
+           expect="the val.first validation scored nan with val.patience=1 and did not exhaust "
+                  "patience",
+           proves=("PAT-1.4", "LOOP-2.4"))
+class ValFirstSkipsPatience(BaseTrainer):
+    """Leaves the val.first validation out of patience: "no epoch trained, nothing to count"."""
+
+    def step_patience(self, improved: bool) -> bool:
+        if self._completed_epoch < 0:
+            return False
+        return super().step_patience(improved)
+
+
+@mutant_of("check_start_patience_delays_counting",
+           expect="the validation after epoch 0 scored 0.5 and was not taken as an improvement; "
+                  "an improvement before val.start_patience=2 still counts for best tracking",
+           proves=("PAT-3.2",))
+class IgnoresImprovementsBeforeStartPatience(BaseTrainer):
+    """Leaves warm-up epochs out of best tracking as well as patience: an early best is lost."""
+
+    def save_if_best(self, score: float, metrics: Mapping[str, float] | None = None) -> bool:
+        if self.epoch < self.cfg.val.start_patience:
+            return False
+        return super().save_if_best(score, metrics)
+
+
+@mutant_of("check_unset_patience_never_stops",
+           expect="(pat-unset) the run trained [0, 1] of 5 epochs and stopped after [1]",
+           proves=("PAT-4.1", "PAT-4.3"))
+class UnsetPatienceIsOne(BaseTrainer):
+    """Reads unset patience as 1: the first non-improving validation stops the run."""
+
+    def reset_best_tracking(self, minimize: bool | None = None) -> None:
+        super().reset_best_tracking(minimize)
+        if self.patience_left is None:
+            self.patience_left = 1
+
+    def step_patience(self, improved: bool) -> bool:
+        if self.cfg.val.patience is not None or self.patience_left is None:
+            return super().step_patience(improved)
+        if improved:
+            self.patience_left = 1
+        elif self.epoch >= self.cfg.val.start_patience:
             self.patience_left -= 1
         return self.patience_left <= 0
