@@ -80,8 +80,9 @@ def check_loop_zero_epochs_is_eval_only(ctx: CheckContext) -> str:
 @check("LOOP-4", requires={"test_pass", "early_stopping"},
        covers=("LOOP-4.1", "LOOP-4.2", "LOOP-4.3", "LOOP-4.4"))
 def check_loop_tests_once_after_the_loop(ctx: CheckContext) -> str:
-    """The test pass runs once after the loop, after exhaustion or early stop (at val.first
-    too); never if off."""
+    """The test pass runs once after the loop, after exhaustion or any early stop; never if off.
+
+    An early stop at the val.first validation, before any training, counts too (LOOP-4.3)."""
     cases: dict[str, Scenario] = {
         "exhaustion": make_scenario("loop-test-exhaust", [0.1, 0.2, 0.3]),
         "early stop": make_scenario("loop-test-stop", [0.5, 0.4, 0.3, 0.2],

@@ -61,8 +61,9 @@ def check_improvement_refills_patience(ctx: CheckContext) -> str:
 @check("PAT-3", requires={"early_stopping", "start_patience"},
        covers=("PAT-3.1", "PAT-3.2"))
 def check_start_patience_delays_counting(ctx: CheckContext) -> str:
-    """Non-improvements at epochs below val.start_patience are not counted; improvements
-    there still count for best tracking."""
+    """Non-improvements below val.start_patience are not counted; improvements still are.
+
+    An improvement during the warm-up counts for best tracking like any other (PAT-3.2)."""
     # epochs 0 and 1 improve during the warm-up: epoch 1 is the best model, epoch 2 stops
     best = make_scenario("pat-start-best", [0.5, 0.9, 0.3, 0.2],
                          cfg={"val.patience": 1, "val.start_patience": 2})
