@@ -179,7 +179,10 @@ def _record_items_on_raise(trainer: Any, run: _Run) -> None:
     registered: dict[str, tuple[Any, str]] = getattr(trainer, "_probe_items", {})
     if not registered:
         return  # it raised before set-up registered anything
-    changed = tuple(n for n, (item, key) in registered.items() if _state_key(item) != key)
+    try:
+        changed = tuple(n for n, (item, key) in registered.items() if _state_key(item) != key)
+    except Exception:  # never mask the trainer's own error with the probe's
+        return
     run.ctx.record(ItemsOnRaise(changed=changed,
                                 unchanged=tuple(n for n in registered if n not in changed)))
 
