@@ -49,6 +49,8 @@ SEED_FAILS: dict[str, str] = {
     # each rank decides on its own score: handed rank-local scores, the ranks part ways
     "DIST-2": "one verdict per rank",
     "DIST-3": "one verdict per rank",
+    # debug mode writes its caps into the caller's config (cfg.num_epochs = 1, in place)
+    "DBG-2": "the user's config says num_epochs=1",
     # torch.save straight onto last.pt: a kill mid-write leaves a torn file
     "CKPT-2": "no longer loads",
     # torch.load(weights_only=False) runs the pickled code

@@ -67,6 +67,12 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
                       cfg={"ckpt.every_n_epochs": 2})
     trace = ctx.completed(s)
     r: RankTrace = trace.rank0
+    # the contents first: a file that does not load would read as no file at all below
+    for f in trace.files:
+        if f.role is not None:
+            problem = _content_problem(f)
+            if problem:
+                raise CheckFailed(f"CKPT-1: {f.name} {problem}")
     for e in r.train_epochs[1:]:
         if e.last_file_epoch != e.epoch - 1:
             raise CheckFailed(f"CKPT-1: when epoch {e.epoch} started, last.pt said epoch "
@@ -79,11 +85,6 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
         raise CheckFailed(f"CKPT-1: with ckpt.every_n_epochs=2 over 5 epochs the run wrote "
                           f"{names} (epochs {epochs}); expected epoch_0.pt, epoch_2.pt, "
                           "epoch_4.pt holding epochs 0, 2, 4")
-    for f in trace.files:
-        if f.role is not None:
-            problem = _content_problem(f)
-            if problem:
-                raise CheckFailed(f"CKPT-1: {f.name} {problem}")
     last = trace.newest("last")
     if last is None or last.epoch != 4:
         raise CheckFailed(f"CKPT-1: the final last.pt says epoch "
@@ -101,12 +102,16 @@ def _error_text(r: RankTrace) -> str:
     return f"{r.error}\n{r.detail}"
 
 
-@check("CKPT-4", requires={"checkpoint", "resume"}, covers=("CKPT-4.1", "CKPT-4.3", "CKPT-4.4"))
+@check("CKPT-4", requires={"checkpoint", "resume"},
+       covers=("CKPT-4.1", "CKPT-4.2", "CKPT-4.3", "CKPT-4.4"))
 def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
-    """A missing checkpoint names the locations tried; a corrupt one names the file."""
+    """A missing checkpoint names the locations tried (as given and under ckpt.dir); a
+    corrupt one names the file."""
     base = make_scenario("ckpt-errors", [0.1, 0.2])
     missing = with_load(base, "nowhere/missing-ckpt.pt", resume=True, name="ckpt-missing")
-    r = ctx.run(missing).rank0
+    missing_root = ctx.runs.new_ckpt_root("ckpt-missing")  # the run's ckpt.dir
+    r = ctx.runs.run(missing, ckpt_root=missing_root).rank0
+    missing_text = _error_text(r)
     if r.status == "completed":
         raise CheckFailed("CKPT-4: ckpt.load_from=nowhere/missing-ckpt.pt (no such file) "
                           f"did not raise; the run trained {r.epochs_trained} from scratch")
@@ -132,7 +137,17 @@ def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
     if "corrupt-last.pt" not in _error_text(r):
         raise CheckFailed(f"CKPT-4: a truncated checkpoint raised without naming the file: "
                           f"{r.error}")
-    return "missing path: error names it; truncated file: error names it"
+    under_dir = missing_root / "nowhere" / "missing-ckpt.pt"
+    if not any(str(p) in missing_text for p in (under_dir, under_dir.resolve())):
+        raise CheckFailed(f"CKPT-4: a missing checkpoint (ckpt.load_from=nowhere/missing-ckpt.pt)"
+                          f" raised without naming the location relative to ckpt.dir "
+                          f"({under_dir}): {_first_line(missing_text)}")
+    return "missing path: error names it as given and under ckpt.dir; truncated file: error " \
+        "names it"
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "(no message)"
 
 
 @check("CKPT-2", requires={"checkpoint"}, covers=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
@@ -193,10 +208,11 @@ def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
         "the code never ran"
 
 
-@check("CKPT-5", requires={"checkpoint", "sigterm", "resume"}, covers=("CKPT-5.1", "CKPT-5.4"))
+@check("CKPT-5", requires={"checkpoint", "sigterm", "resume"},
+       covers=("CKPT-5.1", "CKPT-5.2", "CKPT-5.3", "CKPT-5.4"))
 def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
-    """SIGTERM mid-epoch: a checkpoint is written, the process exits, and resuming decides
-    as the run that was never interrupted."""
+    """SIGTERM mid-epoch: a checkpoint is written, the process exits with 143, and resuming
+    decides as the run that was never interrupted; with ckpt.save_last=false too."""
     s = make_scenario("ckpt-sigterm", [0.3, 0.8, 0.5, 0.4, 0.35], cfg={"val.patience": 3})
     whole = ctx.completed(s).rank0
     root = ctx.runs.new_ckpt_root("ckpt-sigterm")
@@ -216,6 +232,7 @@ def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
                           f"({r.status}: {r.error}) without writing a checkpoint; last.pt says "
                           f"epoch {None if last is None else last.epoch}. Handle SIGTERM: "
                           "finish or cut the epoch, save, exit.")
+    _exits_143(r)
     pair = resume_after(ctx, "CKPT-5", s, interrupted, root, "after SIGTERM during epoch 1")
     want = [(v.epoch, v.improved, v.stop) for v in whole.validations]
     seen = combined_decisions(pair)
@@ -223,5 +240,37 @@ def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
         raise CheckFailed(f"CKPT-5: resumed from the checkpoint written on SIGTERM (epoch "
                           f"{pair.ckpt_epoch}), the run decided {seen} and trained "
                           f"{pair.resumed.rank0.epochs_trained}; uninterrupted: {want}")
-    return f"SIGTERM in epoch 1: checkpoint of epoch {pair.ckpt_epoch} written, process ended " \
-        f"({r.status}), resume decided as the uninterrupted run"
+    _sigterm_writes_last_despite_save_last(ctx)
+    return f"SIGTERM in epoch 1: checkpoint of epoch {pair.ckpt_epoch} written, exit status 143, " \
+        "resume decided as the uninterrupted run; last.pt written with ckpt.save_last=false"
+
+
+def _exit_status(r: RankTrace) -> str:
+    """How the process ended, in the words of an exit status."""
+    if r.status == "completed":
+        return "exited with status 0"
+    if r.status == "raised":
+        return f"raised {r.error} (exit status 1)"
+    return r.error or r.status
+
+
+def _exits_143(r: RankTrace) -> None:
+    """A preempted run exits with 143 (128 + SIGTERM): a scheduler tells it from a crash."""
+    if r.status == "exited" and r.error == "exited with status 143":
+        return
+    raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process {_exit_status(r)}, "
+                      "expected 143 (128 + SIGTERM), so that a scheduler tells a preemption "
+                      "from a finished run or a crash: raise SystemExit(143) after the save")
+
+
+def _sigterm_writes_last_despite_save_last(ctx: CheckContext) -> None:
+    """With ckpt.save_last=false, SIGTERM still leaves the resumable last.pt (CKPT-5.2)."""
+    s = make_scenario("ckpt-sigterm-no-last", [0.3, 0.8, 0.5],
+                      cfg={"ckpt.save_last": False})
+    crash = CrashPoint(where="train_end", epoch=1, how="sigterm")
+    trace = ctx.run(s.replace(crash=crash))
+    if trace.newest("last") is None:
+        raise CheckFailed(f"CKPT-5: with ckpt.save_last=false, after SIGTERM during epoch 1 "
+                          f"the process {_exit_status(trace.rank0)} leaving no last.pt; "
+                          "expected the resumable last.pt: on SIGTERM write it whatever "
+                          "save_last says")

@@ -52,18 +52,24 @@ def check_debug_caps_every_split_at_one_batch(ctx: CheckContext) -> str:
         "passes through"
 
 
-@check("DBG-2", requires={"debug", "eval_only"}, covers=("DBG-2.1", "DBG-2.2"))
+@check("DBG-2", requires={"debug", "eval_only"}, covers=("DBG-2.1", "DBG-2.2", "DBG-2.3"))
 def check_debug_caps_epochs_at_one(ctx: CheckContext) -> str:
-    """Debug trains one epoch; num_epochs=0 stays eval-only."""
+    """Debug trains one epoch; num_epochs=0 stays eval-only; the caller's config is intact."""
     r = _run(ctx, debug_scenario("dbg-epochs", num_epochs=3))
     if r.epochs_trained != [0]:
         raise CheckFailed(f"DBG-2: debug mode with num_epochs=3 trained epochs "
                           f"{r.epochs_trained}, expected [0]")
+    user = None if r.end is None or r.end.user_config is None else r.end.user_config.num_epochs
+    if user is not None and user != 3:
+        raise CheckFailed(f"DBG-2: after the debug run the user's config says num_epochs={user}; "
+                          "it was 3. Derive the debug settings in a copy of the config (an "
+                          "effective config for the run); never write to the caller's.")
     r = _run(ctx, debug_scenario("dbg-zero", num_epochs=0))
     if r.epochs_trained:
         raise CheckFailed(f"DBG-2: debug mode with num_epochs=0 trained epochs "
                           f"{r.epochs_trained}; 0 must stay 0 (eval-only)")
-    return "num_epochs=3 trained [0]; num_epochs=0 trained nothing"
+    return "num_epochs=3 trained [0], the caller's config left at 3; num_epochs=0 trained " \
+        "nothing"
 
 
 @check("DBG-3", requires={"debug", "checkpoint"}, covers=("DBG-3.1", "DBG-3.2"))

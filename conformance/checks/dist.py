@@ -109,7 +109,8 @@ def check_ranks_stop_together(ctx: CheckContext) -> str:
     # a short collective timeout: a rank left training alone errors out quickly
     s = dist_scenario("dist-stop", n, tuple(((0.5 - 0.1 * e, 1.0),) * n for e in range(5)),
                       cfg={"val.patience": 1, "ddp.timeout_s": 8.0})
-    trace = _ended(ctx, s)
+    # not _ended: a rank left waiting after a verdict every rank shared is DIST-2.2's failure
+    trace = ctx.run(s)
     stops = {r.rank: _stop_epoch(r) for r in trace.ranks}
     trained = {r.rank: r.epochs_trained for r in trace.ranks}
     if len(set(stops.values())) > 1 or len({tuple(t) for t in trained.values()}) > 1:
@@ -117,9 +118,23 @@ def check_ranks_stop_together(ctx: CheckContext) -> str:
         raise CheckFailed(f"DIST-2: the ranks stopped after epochs {stops} and trained "
                           f"{trained}; expected one verdict at one epoch{ending}", detail)
     if not trace.completed:
-        raise RunBroke(trace, s)
+        _left_waiting(trace, s, stops[0])
     match_decisions("DIST-2", s, trace, what="stop")
     return f"all {n} ranks stopped after epoch {stops[0]} and ended"
+
+
+def _left_waiting(trace: Trace, s: Scenario, stop: int | None) -> None:
+    """The ranks shared one stop verdict, yet a rank's run did not end: it was left waiting
+    in a collective another rank never entered (a rank that hung or errored before any stop
+    is the harness's or the run's matter, not this sentence's)."""
+    if stop is None:
+        raise RunBroke(trace, s)
+    bad = next(r for r in trace.ranks if r.status != "completed")
+    _, detail = _aftermath(trace)
+    raise CheckFailed(f"DIST-2: every rank stopped after epoch {stop}, but the run did not end "
+                      f"on every rank: rank {bad.rank} {bad.status} ({bad.error}). Leave the "
+                      "loop on every rank at the same point, so no rank waits in a collective "
+                      "the others never enter.", detail)
 
 
 @check("DIST-3", requires={"multi_rank"}, multi_rank=True, covers=("DIST-3.1", "DIST-3.2"))

@@ -18,7 +18,7 @@ from trainspec.conformance.checks.chains import (
     with_load,
 )
 from trainspec.conformance.checks.common import item_difference, make_scenario, weights_diff
-from trainspec.conformance.run.records import StatePart
+from trainspec.conformance.run.records import ItemsOnRaise, StatePart
 from trainspec.conformance.run.scenario import CrashPoint, Scenario, Task
 from trainspec.conformance.run.trace import RankTrace, TrainEpoch, first_difference
 
@@ -194,9 +194,12 @@ def _lost_state(whole: RankTrace, resumed: RankTrace) -> str | None:
     return None
 
 
-@check("RES-5", requires={"resume", "checkpoint"}, covers=("RES-5.1", "RES-5.2", "RES-5.3"))
+@check("RES-5", requires={"resume", "checkpoint"},
+       covers=("RES-5.1", "RES-5.2", "RES-5.3", "RES-5.4"))
 def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
-    """Resuming into another optimizer or an extra scheduler raises, naming item and way out."""
+    """Resuming into another optimizer or an extra scheduler raises, naming item and way out,
+    and leaves no item half-restored (the extra scheduler's case: the optimizer and the first
+    scheduler fit, the second has no state in the checkpoint)."""
     from trainspec.conformance.checks.chains import source_checkpoint
 
     base = make_scenario("res-fit", [0.1, 0.2])
@@ -221,8 +224,25 @@ def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
             raise CheckFailed(f"RES-5: resuming with {what} failed without naming the way "
                               f"out (a finetune: ckpt.model_only / ckpt.resume=false): "
                               f"{bad[0].error}")
+        _all_or_nothing(what, bad[0])
     return "another optimizer, an extra param group and an extra scheduler each raised, " \
         "naming the item and the finetune way out"
+
+
+def _all_or_nothing(what: str, refused: RankTrace) -> None:
+    """After a refused resume no registered item is restored while another is not."""
+    after = next((e for e in refused.records if isinstance(e, ItemsOnRaise)), None)
+    if after is None or not after.changed or not after.unchanged:
+        return  # the adapter does not say, or all or nothing was restored
+    raise CheckFailed(
+        f"RES-5: resuming with {what} raised, but after the refused resume the "
+        f"{_names(after.changed)} restored and {_names(after.unchanged)} not: "
+        "half-restored. Check that every item fits before loading any, or put back what was "
+        "loaded.")
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return f"{' and '.join(names)} {'was' if len(names) == 1 else 'were'}"
 
 
 # the way out of a resume that does not fit: a finetune, by model_only or by resume=false

@@ -14,6 +14,7 @@ run (:class:`_Run`), so the subclass stays one screen and each step can be read 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -27,6 +28,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from trainspec.conformance.run.adapter import RunContext
 from trainspec.conformance.run.files import as_int
+from trainspec.conformance.run.jsonfields import encode
 from trainspec.conformance.run.recording import (
     model_state_of,
     newest_file,
@@ -36,6 +38,7 @@ from trainspec.conformance.run.recording import (
 from trainspec.conformance.run.records import (
     ConfigSeen,
     FileSnapshot,
+    ItemsOnRaise,
     Phase,
     RunEnd,
     Setup,
@@ -97,6 +100,14 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
     class Probe(base):  # type: ignore[misc]
         _trained_this_run = False
 
+        def __init__(self, cfg: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                super().__init__(cfg, *args, **kwargs)
+            except Exception:
+                _record_items_on_raise(self, run)
+                raise
+            self._probe_user_cfg = cfg  # the caller's config, read again at the end (DBG-2)
+
         def setup(self, ckpt: Mapping[str, object] | None) -> None:
             _setup(self, run, ckpt)
 
@@ -112,9 +123,12 @@ def make_probe(base: type[Any], scenario: Scenario, ctx: RunContext) -> type[Any
         def probe_end(self) -> RunEnd:
             """The run's end, once ``train()`` returned (the adapter records it)."""
             best = self.best_model
+            num_epochs = _cfg(self._probe_user_cfg, "num_epochs")
             return RunEnd(train_step=int(self.train_step), best_file=_best_snapshot(self, run),
                           final_weights=self._final,
-                          best_model=None if best is None else plain_weights(best))
+                          best_model=None if best is None else plain_weights(best),
+                          user_config=ConfigSeen(num_epochs=None if num_epochs is None
+                                                 else int(num_epochs)))
 
     Probe.__name__ = Probe.__qualname__ = f"Probe[{base.__name__}]"
     return Probe
@@ -144,6 +158,8 @@ def _setup(trainer: Any, run: _Run, ckpt: Mapping[str, object] | None) -> None:
     if task.extra_scheduler:
         trainer.scheduler2 = items["scheduler2"] = next(schedules)
     trainer.add_checkpoint_items(**items)
+    # as registered, before the base restores anything (RES-5: all or nothing)
+    trainer._probe_items = {n: (i, _state_key(i)) for n, i in items.items() if n != "model"}
     trainer._final = plain_weights(trainer.model.state_dict())
     mode, preds = _cfg(cfg, "wandb.mode"), _cfg(cfg, "save_preds.enable")
     run.ctx.record(Setup(
@@ -151,6 +167,24 @@ def _setup(trainer: Any, run: _Run, ckpt: Mapping[str, object] | None) -> None:
         train_len=len(trainer.train_loader),
         config=ConfigSeen(wandb_mode=None if mode is None else str(mode),
                           save_preds_enable=None if preds is None else bool(preds))))
+
+
+def _state_key(item: Any) -> str:
+    """An item's state_dict as comparable text."""
+    return json.dumps(encode(item.state_dict()), sort_keys=True)
+
+
+def _record_items_on_raise(trainer: Any, run: _Run) -> None:
+    """Which registered items changed between set-up and the construction's raise."""
+    registered: dict[str, tuple[Any, str]] = getattr(trainer, "_probe_items", {})
+    if not registered:
+        return  # it raised before set-up registered anything
+    try:
+        changed = tuple(n for n, (item, key) in registered.items() if _state_key(item) != key)
+    except Exception:  # never mask the trainer's own error with the probe's
+        return
+    run.ctx.record(ItemsOnRaise(changed=changed,
+                                unchanged=tuple(n for n in registered if n not in changed)))
 
 
 def _make_loaders(trainer: Any, task: Task, splits: dict[str, TensorDataset], seed: int) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "Crash",
     "Done",
     "FileSnapshot",
+    "ItemsOnRaise",
     "Phase",
     "Record",
     "RecordError",
@@ -98,11 +99,12 @@ class TrainerState:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigSeen:
-    """Config values as the trainer holds them after set-up (DBG-3, DBG-6): None when the
-    trainer has no such key."""
+    """Config values as the trainer holds them after set-up (DBG-3, DBG-6), or as the caller's
+    config reads after the run (DBG-2): None when the config has no such key."""
 
     wandb_mode: str | None = None
     save_preds_enable: bool | None = None
+    num_epochs: int | None = None
 
 
 # -------------------------------------------------------------------- what adapters record
@@ -176,6 +178,16 @@ class RunEnd:
     final_weights: Weights  # the weights after the last training step
     best_model: Weights | None  # the trainer's in-memory best, None when it has none
     best_file: FileSnapshot | None = None  # the newest best file at the end (rank 0)
+    user_config: ConfigSeen | None = None  # the config passed to the trainer, read now (DBG-2)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemsOnRaise:
+    """The trainer's construction raised after set-up registered its items: which of them (the
+    model aside) had changed since (RES-5: a refused resume restores none of them)."""
+
+    changed: tuple[str, ...]
+    unchanged: tuple[str, ...]
 
 
 # ------------------------------------------------------------ what the harness records
@@ -228,13 +240,13 @@ class Done:
     t: float = 0.0
 
 
-Record: TypeAlias = (Setup | TrainStart | TrainEnd | Validation | TestPass | RunEnd | Write
-                     | Crash | RunError | RunExit | Done)
+Record: TypeAlias = (Setup | TrainStart | TrainEnd | Validation | TestPass | RunEnd
+                     | ItemsOnRaise | Write | Crash | RunError | RunExit | Done)
 
 RECORD_TYPES: dict[str, type[Record]] = {
     "setup": Setup, "train_start": TrainStart, "train_end": TrainEnd, "val": Validation,
-    "test": TestPass, "end": RunEnd, "write": Write, "crash": Crash, "error": RunError,
-    "exit": RunExit, "done": Done,
+    "test": TestPass, "end": RunEnd, "items_on_raise": ItemsOnRaise, "write": Write,
+    "crash": Crash, "error": RunError, "exit": RunExit, "done": Done,
 }
 _KIND_OF: dict[type, str] = {cls: kind for kind, cls in RECORD_TYPES.items()}
 
@@ -299,7 +311,8 @@ def _config(r: FieldReader, name: str) -> ConfigSeen:
     if sub is None:
         return ConfigSeen()
     return ConfigSeen(wandb_mode=sub.opt_text("wandb_mode"),
-                      save_preds_enable=sub.opt_flag("save_preds_enable"))
+                      save_preds_enable=sub.opt_flag("save_preds_enable"),
+                      num_epochs=sub.opt_int("num_epochs"))
 
 
 def _phase(r: FieldReader) -> Phase:
@@ -328,7 +341,11 @@ _BUILDERS: dict[type, Callable[[FieldReader], Record]] = {
     RunEnd: lambda r: RunEnd(train_step=r.integer("train_step"),
                              final_weights=r.weights("final_weights"),
                              best_model=r.opt_weights("best_model"),
-                             best_file=_snapshot(r, "best_file")),
+                             best_file=_snapshot(r, "best_file"),
+                             user_config=None if r.optional_object("user_config", "a config")
+                             is None else _config(r, "user_config")),
+    ItemsOnRaise: lambda r: ItemsOnRaise(changed=r.names("changed"),
+                                         unchanged=r.names("unchanged")),
     Write: lambda r: Write(path=r.text("path"), via=_via(r), t=r.number("t", 0.0)),
     Crash: lambda r: Crash(where=_where(r), how=r.text("how"), epoch=r.opt_int("epoch"),
                            bytes=r.opt_int("bytes"), t=r.number("t", 0.0)),

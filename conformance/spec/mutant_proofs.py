@@ -133,6 +133,13 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="Writes epoch_<e>.pt when (e + 1) % every_n_epochs == 0.",
     ),
     MutantProof(
+        mutant="ckpt:IgnoresSaveLast",
+        check="check_checkpoint_files_and_contents",
+        proves=("CKPT-1.2",),
+        expect="with ckpt.save_last=false and every_n_epochs unset the run wrote ['last.pt']",
+        slip="Writes last.pt after every epoch whatever ckpt.save_last says.",
+    ),
+    MutantProof(
         mutant="ckpt:LastCheckpointOnlyAtTheEnd",
         check="check_checkpoint_files_and_contents",
         proves=("CKPT-1.1",),
@@ -148,11 +155,42 @@ PROOFS: tuple[MutantProof, ...] = (
               "best-model branch), so a run's last.pt lags behind after every non-improvement."),
     ),
     MutantProof(
+        mutant="ckpt:PicklesTheConfig",
+        check="check_checkpoint_files_and_contents",
+        proves=("CKPT-1.6",),
+        expect="does not load with weights_only=True",
+        slip=("Saves the config object itself rather than a plain dict of it: only a full "
+              "unpickler reads the file back."),
+    ),
+    MutantProof(
+        mutant="ckpt:UnsetIntervalIsEveryEpoch",
+        check="check_checkpoint_files_and_contents",
+        proves=("CKPT-1.4",),
+        expect=("with ckpt.save_last=false and every_n_epochs unset the run wrote "
+                "['epoch_0.pt', 'epoch_1.pt']"),
+        slip="Reads an unset ckpt.every_n_epochs as 1: every epoch gets its epoch_<e>.pt.",
+    ),
+    MutantProof(
+        mutant="ckpt:BareUnpicklingError",
+        check="check_checkpoint_errors_name_the_file",
+        proves=("CKPT-4.3",),
+        expect="a truncated checkpoint raised without naming the file",
+        slip=("Reads the checkpoint with torch.load alone: a truncated file raises torch's own "
+              "error, which names no file."),
+    ),
+    MutantProof(
         mutant="ckpt:MissingCheckpointStartsFresh",
         check="check_checkpoint_errors_name_the_file",
         proves=("CKPT-4.4",),
         expect="(no such file) did not raise; the run trained [0, 1] from scratch",
         slip="Treats a missing or unreadable checkpoint as no checkpoint at all.",
+    ),
+    MutantProof(
+        mutant="ckpt:NamesOnlyTheGivenPath",
+        check="check_checkpoint_errors_name_the_file",
+        proves=("CKPT-4.2",),
+        expect="raised without naming the location relative to ckpt.dir",
+        slip="Looks for ckpt.load_from as given only, never under ckpt.dir, and says so.",
     ),
     MutantProof(
         mutant="ckpt:VagueCheckpointErrors",
@@ -183,11 +221,43 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="Installs no SIGTERM handler: a preemption kills the run wherever it is.",
     ),
     MutantProof(
+        mutant="ckpt:SigtermExitsZero",
+        check="check_sigterm_leaves_a_resumable_checkpoint",
+        proves=("CKPT-5.3",),
+        expect="after SIGTERM during epoch 1 the process exited with status 0, expected 143",
+        slip="Saves on SIGTERM, then exits with status 0, as if the run had finished.",
+    ),
+    MutantProof(
+        mutant="ckpt:SigtermHonoursSaveLast",
+        check="check_sigterm_leaves_a_resumable_checkpoint",
+        proves=("CKPT-5.2",),
+        expect=("with ckpt.save_last=false, after SIGTERM during epoch 1 the process exited "
+                "with status 143 leaving no last.pt"),
+        slip="On SIGTERM writes last.pt only when ckpt.save_last asks for it.",
+    ),
+    MutantProof(
+        mutant="ckpt:SigtermSavesMidEpoch",
+        check="check_sigterm_leaves_a_resumable_checkpoint",
+        proves=("CKPT-5.4",),
+        expect=("resumed from the checkpoint written on SIGTERM (epoch 1), the run decided [(0,"
+                " True, False), (2, "),
+        slip=("Saves last.pt from the SIGTERM handler, mid-epoch, as if the epoch in progress "
+              "were complete: a resume skips that epoch's validation."),
+    ),
+    MutantProof(
         mutant="ckpt:SigtermWithoutCheckpoint",
         check="check_sigterm_leaves_a_resumable_checkpoint",
         proves=("CKPT-5.1",),
         expect="the process ended (exited: exited with status 143) without writing a checkpoint",
         slip="Exits at once on SIGTERM, saving nothing.",
+    ),
+    MutantProof(
+        mutant="dbg:DebugLoaderHidesAttributes",
+        check="check_debug_caps_every_split_at_one_batch",
+        proves=("DBG-1.4",),
+        expect="the truncated train loader's batch_size reads None, expected 4",
+        slip=("Truncates each split to a list of its first batch: dataset, batch_size, sampler "
+              "are gone."),
     ),
     MutantProof(
         mutant="dbg:DebugLoaderLiesAboutLength",
@@ -197,11 +267,33 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="Truncates with a loader that reports len() 1 for an empty split.",
     ),
     MutantProof(
+        mutant="dbg:DebugForcesOneEpoch",
+        check="check_debug_caps_epochs_at_one",
+        proves=("DBG-2.2",),
+        expect="debug mode with num_epochs=0 trained epochs [0]; 0 must stay 0",
+        slip="Debug sets num_epochs to 1 instead of capping it: an eval-only run trains.",
+    ),
+    MutantProof(
         mutant="dbg:DebugKeepsAllEpochs",
         check="check_debug_caps_epochs_at_one",
         proves=("DBG-2.1",),
         expect="num_epochs=3 trained epochs [0, 1, 2], expected [0]",
         slip="Debug does not cap num_epochs.",
+    ),
+    MutantProof(
+        mutant="dbg:DebugMutatesConfig",
+        check="check_debug_caps_epochs_at_one",
+        proves=("DBG-2.3",),
+        expect="after the debug run the user's config says num_epochs=1; it was 3",
+        slip="Debug writes its one-epoch cap into the config the caller passed.",
+    ),
+    MutantProof(
+        mutant="dbg:DebugKeepsWandb",
+        check="check_debug_writes_nothing",
+        proves=("DBG-3.2",),
+        expect="debug mode left wandb.mode='offline'",
+        slip=("Logs to W&B as the user's config says, debug or not: the derivation never turns "
+              "the sink off."),
     ),
     MutantProof(
         mutant="dbg:DebugWritesCheckpoints",
@@ -232,11 +324,37 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="Debug leaves save_preds.enable as the user set it.",
     ),
     MutantProof(
+        mutant="dist:EmptyPoolIsZero",
+        check="check_pooled_mean_is_sum_over_counts",
+        proves=("DIST-1.3",),
+        expect=("after epoch 1 rank 0 pooled 0 from the (total, count) shards [(0.0, 0.0), "
+                "(0.0, 0.0)]; expected sum/sum = nan (nothing counted: NaN)"),
+        slip="Guards the division by a zero count with 0.0: a split nobody counted scores 0.",
+    ),
+    MutantProof(
         mutant="dist:MeanOfRankMeans",
         check="check_pooled_mean_is_sum_over_counts",
         proves=("DIST-1.1",),
         expect="pooled 1.66667 from the (total, count) shards [(3.0, 1.0), (1.0, 3.0)]",
         slip="Averages each rank's local mean: wrong whenever ranks count different numbers.",
+    ),
+    MutantProof(
+        mutant="dist:PoolsOnRankZeroOnly",
+        check="check_pooled_mean_is_sum_over_counts",
+        proves=("DIST-1.2",),
+        expect=("after epoch 0 rank 1 pooled 0.333333 from the (total, count) shards [(3.0, "
+                "1.0), (1.0, 3.0)]"),
+        slip=("Reduces to rank 0 (a reduce, not an all-reduce): the other ranks keep their "
+              "local mean."),
+    ),
+    MutantProof(
+        mutant="dist:RankZeroLeavesAfterStop",
+        check="check_ranks_stop_together",
+        proves=("DIST-2.2",),
+        expect="every rank stopped after epoch 1, but the run did not end on every rank: rank 1 ",
+        slip=("On a stop verdict every rank shares, rank 0 returns from train() at once: the "
+              "other ranks still enter the epoch's checkpoint write and barrier, and wait there"
+              " for it."),
     ),
     MutantProof(
         mutant="dist:StopVerdictOnRankZeroOnly",
@@ -332,6 +450,14 @@ PROOFS: tuple[MutantProof, ...] = (
         proves=("FT-1.2", "LOOP-1.2"),
         expect="the finetune (ckpt.resume=false) started at epoch 3, train_step 18",
         slip="Takes epoch and step from the checkpoint on a finetune too.",
+    ),
+    MutantProof(
+        mutant="ft:FinetuneSkipsWeights",
+        check="check_finetune_starts_a_new_run",
+        proves=("FT-1.1",),
+        expect=("the finetune (ckpt.resume=false) did not start from the weights of the "
+                "checkpoint it loaded"),
+        slip="Hands setup the checkpoint only on a resume: a finetune starts from a fresh model.",
     ),
     MutantProof(
         mutant="ft:RestoresStateOnFinetune",
@@ -637,6 +763,15 @@ PROOFS: tuple[MutantProof, ...] = (
         slip="Restores the incumbent best but refills the patience counter on resume.",
     ),
     MutantProof(
+        mutant="res:SavesTrackingFromBeforeValidation",
+        check="check_resume_keeps_best_and_patience",
+        proves=("RES-3.6",),
+        expect=("killed at val_start of epoch 2 and resumed from epoch 1, the run validated "
+                "(epoch, improved, stop) [(0, True, False), (1, True, False), (2, True, False)"),
+        slip=("Writes last.pt after the validation, but with the best score, epoch and patience"
+              " it captured before it: the checkpoint of epoch e does not carry e's outcome."),
+    ),
+    MutantProof(
         mutant="res:TakesBestScoreFromBestFile",
         check="check_resume_keeps_best_and_patience",
         proves=("RES-3.4",),
@@ -660,6 +795,32 @@ PROOFS: tuple[MutantProof, ...] = (
         proves=("RES-4.2",),
         expect="the final weights match, but at the resume point the numpy RNG state differed",
         slip="Restores torch's generator but not python's or numpy's.",
+    ),
+    MutantProof(
+        mutant="res:MismatchErrorWithoutItem",
+        check="check_resume_refuses_state_that_does_not_fit",
+        proves=("RES-5.2",),
+        expect=("resuming with another optimizer class (Adam -> SGD) failed without naming "
+                "'optimizer'"),
+        slip="Refuses state that does not fit, but says only that the checkpoint does not fit.",
+    ),
+    MutantProof(
+        mutant="res:MismatchErrorWithoutWayOut",
+        check="check_resume_refuses_state_that_does_not_fit",
+        proves=("RES-5.3",),
+        expect=("resuming with another optimizer class (Adam -> SGD) failed without naming the "
+                "way out"),
+        slip="Names the item that does not fit, but not how to go on (a finetune).",
+    ),
+    MutantProof(
+        mutant="res:RestoresItemsOneByOne",
+        check="check_resume_refuses_state_that_does_not_fit",
+        proves=("RES-5.4",),
+        expect=("after the refused resume the optimizer and scheduler were restored and "
+                "scheduler2 was not: half-restored"),
+        slip=("Checks and loads each item in turn: an item that does not fit is found only "
+              "after the ones before it were restored, and the refused resume leaves those "
+              "restored."),
     ),
     MutantProof(
         mutant="res:SkipsStateThatDoesNotFit",

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from tests.mutants.registry import mutant_of
-from trainspec.errors import CheckpointError
+from trainspec.errors import CheckpointError, CheckpointNotFoundError
 from trainspec.reference import BaseTrainer, find_checkpoint
 
 
@@ -150,6 +150,134 @@ class SigtermWithoutCheckpoint(BaseTrainer):
             raise SystemExit(143)
 
         previous = signal.signal(signal.SIGTERM, leave)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@mutant_of("check_checkpoint_files_and_contents",
+           expect="with ckpt.save_last=false and every_n_epochs unset the run wrote ['last.pt']",
+           proves=("CKPT-1.2",))
+class IgnoresSaveLast(BaseTrainer):
+    """Writes last.pt after every epoch whatever ckpt.save_last says."""
+
+    def _write_epoch_checkpoints(self) -> None:
+        if self.ckpt_dir is None:
+            return
+        every = self.cfg.ckpt.every_n_epochs
+        if every is not None and self.epoch % every == 0:
+            self._save(f"epoch_{self.epoch}.pt")
+        self._save("last.pt")
+
+
+@mutant_of("check_checkpoint_files_and_contents",
+           expect="with ckpt.save_last=false and every_n_epochs unset the run wrote "
+                  "['epoch_0.pt', 'epoch_1.pt']",
+           proves=("CKPT-1.4",))
+class UnsetIntervalIsEveryEpoch(BaseTrainer):
+    """Reads an unset ckpt.every_n_epochs as 1: every epoch gets its epoch_<e>.pt."""
+
+    def _write_epoch_checkpoints(self) -> None:
+        if self.ckpt_dir is None:
+            return
+        every = self.cfg.ckpt.every_n_epochs or 1
+        if self.epoch % every == 0:
+            self._save(f"epoch_{self.epoch}.pt")
+        if self.cfg.ckpt.save_last:
+            self._save("last.pt")
+
+
+@mutant_of("check_checkpoint_files_and_contents",
+           expect="does not load with weights_only=True",
+           proves=("CKPT-1.6",))
+class PicklesTheConfig(BaseTrainer):
+    """Saves the config object itself rather than a plain dict of it: only a full unpickler
+    reads the file back."""
+
+    def _write_file(self, path: Path, state: dict[str, Any]) -> None:
+        super()._write_file(path, {**state, "config": self.cfg})
+
+
+@mutant_of("check_checkpoint_errors_name_the_file",
+           expect="a truncated checkpoint raised without naming the file",
+           proves=("CKPT-4.3",))
+class BareUnpicklingError(BaseTrainer):
+    """Reads the checkpoint with torch.load alone: a truncated file raises torch's own error,
+    which names no file."""
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        load_from = self.cfg.ckpt.load_from
+        if load_from is None:
+            return None
+        self.ckpt_path = find_checkpoint(load_from, self.cfg.ckpt.dir)
+        ckpt = torch.load(self.ckpt_path, map_location="cpu", weights_only=True)
+        self.is_resumed = self._is_resume()
+        if self.is_resumed:
+            self.epoch, self.train_step = int(ckpt["epoch"]) + 1, int(ckpt["train_step"])
+            self._completed_epoch = int(ckpt["epoch"])
+        return dict(ckpt)
+
+
+@mutant_of("check_checkpoint_errors_name_the_file",
+           expect="raised without naming the location relative to ckpt.dir",
+           proves=("CKPT-4.2",))
+class NamesOnlyTheGivenPath(BaseTrainer):
+    """Looks for ckpt.load_from as given only, never under ckpt.dir, and says so."""
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        load_from = self.cfg.ckpt.load_from
+        if load_from is not None and not Path(load_from).is_file():
+            raise CheckpointNotFoundError(
+                f"ckpt.load_from: no checkpoint file at {load_from}. Point ckpt.load_from at "
+                "an existing .pt file, or unset it to start fresh.")
+        return super()._load_checkpoint()
+
+
+@mutant_of("check_sigterm_leaves_a_resumable_checkpoint",
+           expect="after SIGTERM during epoch 1 the process exited with status 0, expected 143",
+           proves=("CKPT-5.3",))
+class SigtermExitsZero(BaseTrainer):
+    """Saves on SIGTERM, then exits with status 0, as if the run had finished."""
+
+    def _preempt(self) -> None:
+        try:
+            super()._preempt()
+        except SystemExit:
+            raise SystemExit(0) from None
+
+
+@mutant_of("check_sigterm_leaves_a_resumable_checkpoint",
+           expect="with ckpt.save_last=false, after SIGTERM during epoch 1 the process exited "
+                  "with status 143 leaving no last.pt",
+           proves=("CKPT-5.2",))
+class SigtermHonoursSaveLast(BaseTrainer):
+    """On SIGTERM writes last.pt only when ckpt.save_last asks for it."""
+
+    def _preempt(self) -> None:
+        self.is_preempted = True
+        self.pg.close(is_healthy=True)
+        raise SystemExit(143)
+
+
+@mutant_of("check_sigterm_leaves_a_resumable_checkpoint",
+           expect="resumed from the checkpoint written on SIGTERM (epoch 1), the run decided "
+                  "[(0, True, False), (2, ",
+           proves=("CKPT-5.4",))
+class SigtermSavesMidEpoch(BaseTrainer):
+    """Saves last.pt from the SIGTERM handler, mid-epoch, as if the epoch in progress were
+    complete: a resume skips that epoch's validation."""
+
+    @contextlib.contextmanager
+    def _sigterm_flag(self) -> Iterator[None]:
+        self._sigterm_received = False
+
+        def save_now(signum: int, frame: FrameType | None) -> None:
+            self._completed_epoch = self.epoch
+            self._save("last.pt")
+            raise SystemExit(143)
+
+        previous = signal.signal(signal.SIGTERM, save_now)
         try:
             yield
         finally:

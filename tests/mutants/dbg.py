@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any
 
@@ -116,3 +116,76 @@ class DebugDoesNotTruncate(BaseTrainer):
 
     def _truncate_loaders(self) -> None:
         return None
+
+
+class _BareOneBatch:
+    """A truncated loader that knows only how to iterate and its length."""
+
+    def __init__(self, loader: Any) -> None:
+        self._batches = list(islice(iter(loader), 1))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._batches)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+
+@mutant_of("check_debug_caps_every_split_at_one_batch",
+           expect="the truncated train loader's batch_size reads None, expected 4",
+           proves=("DBG-1.4",))
+class DebugLoaderHidesAttributes(BaseTrainer):
+    """Truncates each split to a list of its first batch: dataset, batch_size, sampler are
+    gone."""
+
+    def _truncate_loaders(self) -> None:
+        for name in self.loader_names:
+            loader = getattr(self, name, None)
+            if loader is not None:
+                setattr(self, name, _BareOneBatch(loader))
+
+
+@mutant_of("check_debug_caps_epochs_at_one",
+           expect="debug mode with num_epochs=0 trained epochs [0]; 0 must stay 0",
+           proves=("DBG-2.2",))
+class DebugForcesOneEpoch(BaseTrainer):
+    """Debug sets num_epochs to 1 instead of capping it: an eval-only run trains."""
+
+    config_type = _debug_config(num_epochs=lambda c: 1)
+
+
+class _ConfigWithWandb(TrainConfig):
+    """A config whose W&B section is read from the top-level ``wandb`` key (offline unless
+    given)."""
+
+    @property
+    def wandb(self) -> Mapping[str, Any]:
+        section = self.extra.get("wandb")
+        return section if isinstance(section, Mapping) else {"mode": "offline"}
+
+
+@mutant_of("check_debug_writes_nothing", expect="debug mode left wandb.mode='offline'",
+           proves=("DBG-3.2",))
+class DebugKeepsWandb(BaseTrainer):
+    """Logs to W&B as the user's config says, debug or not: the derivation never turns the
+    sink off."""
+
+    config_type = _ConfigWithWandb
+
+
+class _MutatingDebug(TrainConfig):
+    """Caps the epochs in the caller's config itself (the seed's ``cfg.num_epochs = 1``)."""
+
+    def effective(self) -> TrainConfig:
+        if self.debug:
+            object.__setattr__(self, "num_epochs", min(self.num_epochs, 1))
+        return super().effective()
+
+
+@mutant_of("check_debug_caps_epochs_at_one",
+           expect="after the debug run the user's config says num_epochs=1; it was 3",
+           proves=("DBG-2.3",))
+class DebugMutatesConfig(BaseTrainer):
+    """Debug writes its one-epoch cap into the config the caller passed."""
+
+    config_type = _MutatingDebug

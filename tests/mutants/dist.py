@@ -115,3 +115,54 @@ class DecidesOnLocalScore(BaseTrainer):
         should_stop = bool(self.val_epoch())
         self._stopped = self._stopped or should_stop
         return should_stop
+
+
+@mutant_of("check_pooled_mean_is_sum_over_counts",
+           expect="after epoch 0 rank 1 pooled 0.333333 from the (total, count) shards "
+                  "[(3.0, 1.0), (1.0, 3.0)]",
+           proves=("DIST-1.2",))
+class PoolsOnRankZeroOnly(BaseTrainer):
+    """Reduces to rank 0 (a reduce, not an all-reduce): the other ranks keep their local mean."""
+
+    def reduce_mean(self, total: float, count: float) -> float:
+        pooled = super().reduce_mean(total, count)
+        if self.rank == 0:
+            return pooled
+        return math.nan if count == 0 else total / count
+
+
+@mutant_of("check_pooled_mean_is_sum_over_counts",
+           expect="after epoch 1 rank 0 pooled 0 from the (total, count) shards "
+                  "[(0.0, 0.0), (0.0, 0.0)]; expected sum/sum = nan (nothing counted: NaN)",
+           proves=("DIST-1.3",))
+class EmptyPoolIsZero(BaseTrainer):
+    """Guards the division by a zero count with 0.0: a split nobody counted scores 0."""
+
+    def reduce_mean(self, total: float, count: float) -> float:
+        total, count = self.pg.all_sum([float(total), float(count)])
+        return total / max(count, 1.0)
+
+
+class _LeftTheLoop(Exception):
+    pass
+
+
+@mutant_of("check_ranks_stop_together",
+           expect="every rank stopped after epoch 1, but the run did not end on every rank: "
+                  "rank 1 ",
+           proves=("DIST-2.2",))
+class RankZeroLeavesAfterStop(BaseTrainer):
+    """On a stop verdict every rank shares, rank 0 returns from train() at once: the other
+    ranks still enter the epoch's checkpoint write and barrier, and wait there for it."""
+
+    def _validate(self) -> bool:
+        should_stop = super()._validate()
+        if should_stop and self.rank == 0:
+            raise _LeftTheLoop
+        return should_stop
+
+    def train(self) -> None:
+        try:
+            super().train()
+        except _LeftTheLoop:
+            return

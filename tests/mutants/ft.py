@@ -73,3 +73,15 @@ class FinetuneKeepsPatience(BaseTrainer):
         saved = ckpt.get("trainer_state", {})
         if not self.is_resumed and saved and self.cfg.val.patience is not None:
             self.patience_left = saved["patience_left"]
+
+
+@mutant_of("check_finetune_starts_a_new_run",
+           expect="the finetune (ckpt.resume=false) did not start from the weights of the "
+                  "checkpoint it loaded",
+           proves=("FT-1.1",))
+class FinetuneSkipsWeights(BaseTrainer):
+    """Hands setup the checkpoint only on a resume: a finetune starts from a fresh model."""
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        ckpt = super()._load_checkpoint()
+        return ckpt if self.is_resumed else None

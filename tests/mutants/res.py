@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from tests.mutants.registry import mutant_of
+from trainspec.errors import ResumeMismatchError
 from trainspec.reference import BaseTrainer
 
 
@@ -160,3 +161,80 @@ class SavesAStaleStepCount(BaseTrainer):
             super()._save(name)
         finally:
             self.train_step = step
+
+
+@mutant_of("check_resume_keeps_best_and_patience",
+           expect="killed at val_start of epoch 2 and resumed from epoch 1, the run validated "
+                  "(epoch, improved, stop) [(0, True, False), (1, True, False), (2, True, False)",
+           proves=("RES-3.6",))
+class SavesTrackingFromBeforeValidation(BaseTrainer):
+    """Writes last.pt after the validation, but with the best score, epoch and patience it
+    captured before it: the checkpoint of epoch e does not carry e's outcome."""
+
+    def _validate(self) -> bool:
+        self._tracking_before = (self.best_score, self.best_epoch, self.patience_left)
+        return super()._validate()
+
+    def _save(self, name: str) -> None:
+        before = getattr(self, "_tracking_before", None)
+        if name == "best.pt" or before is None:
+            super()._save(name)
+            return
+        now = (self.best_score, self.best_epoch, self.patience_left)
+        self.best_score, self.best_epoch, self.patience_left = before
+        try:
+            super()._save(name)
+        finally:
+            self.best_score, self.best_epoch, self.patience_left = now
+
+
+@mutant_of("check_resume_refuses_state_that_does_not_fit",
+           expect="resuming with another optimizer class (Adam -> SGD) failed without naming "
+                  "'optimizer'",
+           proves=("RES-5.2",))
+class MismatchErrorWithoutItem(BaseTrainer):
+    """Refuses state that does not fit, but says only that the checkpoint does not fit."""
+
+    def _resume_error(self, message: str) -> ResumeMismatchError:
+        return ResumeMismatchError(
+            f"resuming {self.ckpt_path}: the checkpoint does not fit this run. Pass "
+            "ckpt.model_only=true or ckpt.resume=false to finetune from it instead.")
+
+
+@mutant_of("check_resume_refuses_state_that_does_not_fit",
+           expect="resuming with another optimizer class (Adam -> SGD) failed without naming "
+                  "the way out",
+           proves=("RES-5.3",))
+class MismatchErrorWithoutWayOut(BaseTrainer):
+    """Names the item that does not fit, but not how to go on (a finetune)."""
+
+    def _resume_error(self, message: str) -> ResumeMismatchError:
+        return ResumeMismatchError(f"resuming {self.ckpt_path}: {message}")
+
+
+@mutant_of("check_resume_refuses_state_that_does_not_fit",
+           expect="after the refused resume the optimizer and scheduler were restored and "
+                  "scheduler2 was not: half-restored",
+           proves=("RES-5.4",))
+class RestoresItemsOneByOne(BaseTrainer):
+    """Checks and loads each item in turn: an item that does not fit is found only after the
+    ones before it were restored, and the refused resume leaves those restored."""
+
+    def _restore_items(self, ckpt: dict[str, Any]) -> list[str]:
+        loaded = []
+        for name, item in self.ckpt_items.items():
+            if name == "model":
+                continue
+            if f"{name}_state_dict" not in ckpt:
+                raise self._resume_error(f"'{name}' is registered but the checkpoint carries "
+                                         f"no {name}_state_dict")
+            here = f"{type(item).__module__}.{type(item).__qualname__}"
+            if ckpt.get(f"{name}_class", here) != here:
+                raise self._resume_error(f"'{name}' is a {here} but the checkpoint holds a "
+                                         f"{ckpt[f'{name}_class']}")
+            try:
+                item.load_state_dict(ckpt[f"{name}_state_dict"])
+            except (ValueError, RuntimeError, KeyError, TypeError) as e:
+                raise self._resume_error(f"cannot restore '{name}': {e}") from None
+            loaded.append(name)
+        return loaded
