@@ -159,7 +159,8 @@ def test_an_interrupt_exits_130_with_one_line(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(api, "run", fake_run(KeyboardInterrupt(), []))
     assert main(["check", "--clauses", "LOOP-1"]) == 130
-    assert capsys.readouterr().err == "trainspec: interrupted; worker processes were stopped\n"
+    assert capsys.readouterr().err == ("trainspec: interrupted by SIGINT; worker processes were "
+                                       "stopped and the scratch folder removed\n")
 
 
 def test_matrix_writes_json_and_markdown_for_the_installed_targets(
@@ -230,7 +231,9 @@ def test_the_cli_puts_the_docs_url_variable_in_the_plan_and_counts_its_checks(
 @pytest.mark.parametrize(("options", "message"), [
     ({"world_size": 0}, "--world-size: expected 1 or more, got 0"),
     ({"workers": 0}, "-n/--workers: expected 1 or more, got 0"),
-    ({"timeout_s": 0.0}, "--timeout: expected more than 0 seconds"),
+    ({"timeout_s": 0.0}, "--timeout: expected more than 0 and at most 86400 seconds"),
+    ({"timeout_s": 1e10}, "--timeout: expected more than 0 and at most 86400 seconds"),
+    ({"deadline_s": 0.0}, "--deadline: expected more than 0 and at most 604800 seconds"),
     ({"backend": "mpi"}, "--backend: expected gloo or nccl"),
     ({"profile": "slow"}, "--profile: expected one of fast, ci"),
     ({"clauses": "XYZ"}, "unknown clause or family 'XYZ'"),
