@@ -335,8 +335,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(key="timeout_s", flag="--timeout", default=60.0, metavar="SECONDS",
            convert=_seconds, help="bound on every single run, and on the adapter's import "
            f"and description, in seconds (default: 60, at most {MAX_TIMEOUT_S:g})"),
+    # the plugin's items are pytest's to schedule: pytest-timeout bounds a session there
     Option(key="deadline_s", flag="--deadline", default=DEFAULT_DEADLINE_S, metavar="SECONDS",
-           convert=_seconds, help="bound on the whole check, in seconds (default: "
+           convert=_seconds, in_plugin=False, help="bound on the whole check, in seconds (default: "
            f"{DEFAULT_DEADLINE_S:g}, fits a 20-minute CI job): checks not done by then come "
            "out timeout and every report is still written"),
     Option(key="backend", flag="--backend", choices=get_args(Backend),

@@ -88,13 +88,12 @@ def _dispatch(command: Callable[[argparse.Namespace], int], args: argparse.Names
     except BrokenPipeError:  # `trainspec list | head`: the reader left, nothing to report
         _silence_stdout()
         return 0
-    except OSError as e:
-        if e.errno not in _RESOURCE_ERRNOS:
-            raise
-        print(f"trainspec: error: the machine ran out of {_RESOURCE_ERRNOS[e.errno]} ({e}); "
-              "free some and run again", file=sys.stderr)
-        return 2
-    except Exception:
+    except Exception as e:
+        code = errno.ENOMEM if isinstance(e, MemoryError) else getattr(e, "errno", None)
+        if code in _RESOURCE_ERRNOS:  # the machine's limit, not a bug of the suite
+            print(f"trainspec: error: the machine ran out of {_RESOURCE_ERRNOS[code]} ({e}); "
+                  "free some and run again", file=sys.stderr)
+            return 2
         traceback.print_exc()
         print("trainspec: internal error: the suite itself broke (traceback above). This is a "
               "bug in trainspec; please report it with the traceback and the command line.",

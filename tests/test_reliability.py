@@ -10,6 +10,7 @@ and baseline files, bounds, report paths) run in-process: they end before any wo
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -257,3 +258,21 @@ def test_a_killed_worker_names_how_it_ended() -> None:
         worker = harness.world(1).workers[0]
         os.kill(worker.proc.pid, signal.SIGKILL)
         assert worker.exit_status() == "was killed by SIGKILL"
+
+
+@pytest.mark.parametrize(("error", "status", "says"), [
+    (OSError(errno.EMFILE, "Too many open files"), 2, "ran out of file descriptors"),
+    (OSError(errno.ENOSPC, "No space left on device"), 2, "ran out of disk space"),
+    (MemoryError(), 2, "ran out of memory"),
+    (OSError(errno.EBADF, "Bad file descriptor"), 3, "This is a bug in trainspec"),
+])
+def test_a_machine_out_of_a_resource_is_exit_2_naming_it_and_only_a_bug_is_exit_3(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        error: BaseException, status: int, says: str) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(api, "run", broken)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert main(["check", "--clauses", "LOOP-1"]) == status
+    assert says in capsys.readouterr().err
