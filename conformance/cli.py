@@ -74,7 +74,10 @@ def _dispatch(command: Callable[[argparse.Namespace], int], args: argparse.Names
     stop = SignalStop(is_final=is_final)
     try:
         with stop.on_signals():
-            return command(args)
+            status = command(args)
+        if stop.is_stopped:  # swallowed where no exception escapes (a finalizer): stop anyway
+            raise KeyboardInterrupt
+        return status
     except KeyboardInterrupt:
         # one path for SIGINT and SIGTERM: the runner has killed the workers, the harness
         # removed its scratch folder (in a finally), and the reports of what was done are out
