@@ -10,9 +10,15 @@ Importing this module costs no torch: the plugin reads :data:`OPTIONS` when pyte
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+import contextlib
+import math
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Literal, get_args
 
 from trainspec.conformance.spec import clauses as registry
@@ -32,12 +38,14 @@ __all__ = [
     "Plan",
     "Profile",
     "Report",
+    "SignalStop",
     "check",
     "check_matrix",
     "option",
     "plan",
     "plan_from",
     "replay",
+    "report_path_problem",
     "run",
 ]
 
@@ -46,6 +54,13 @@ Backend = Literal["gloo", "nccl"]
 
 # generated runs per property check: a derandomized fast default, and more for CI
 PROFILES: dict[Profile, int] = {"fast": 60, "ci": 250}
+
+# the longest bounds accepted: past them a bound is a typo (or inf), and time arithmetic
+# overflows; a day per run, a week per suite
+MAX_TIMEOUT_S = 86_400.0
+MAX_DEADLINE_S = 604_800.0
+# the whole run's default bound: fits a 20-minute CI job with time left to install and upload
+DEFAULT_DEADLINE_S = 900.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +73,7 @@ class Plan:
     world_size: int  # ranks of the multi-rank runs; 1 leaves them out
     backend: Backend | None  # collective backend; None: the trainer picks
     timeout_s: float  # the bound on every single run
+    deadline_s: float | None = DEFAULT_DEADLINE_S  # the bound on the whole run; None: none
     workers: int  # families of checks run in this many parallel workers
     profile: Profile
     max_examples: int  # generated runs per property check
@@ -70,11 +86,13 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
          clauses: str | None = None, world_size: int = 2, backend: str | None = None,
          timeout_s: float = 60.0, workers: int = 1, profile: str = "fast",
          fresh: bool = False, deviations: Mapping[str, str] | Path | None = None,
-         docs_url: str | None = None, max_examples: int | None = None) -> Plan:
+         docs_url: str | None = None, max_examples: int | None = None,
+         deadline_s: float | None = DEFAULT_DEADLINE_S) -> Plan:
     """Validate a run's options once; every entry point runs from the plan this returns.
 
     ``deviations`` is a mapping of clause IDs to reasons or the path of a deviations file;
-    ``max_examples`` overrides the profile's count.
+    ``max_examples`` overrides the profile's count; ``deadline_s`` bounds the whole run
+    (checks not started by then come out ``timeout``; None: no bound).
 
     Raises:
         UsageError: an option is out of range, names an unknown clause, target or backend,
@@ -82,7 +100,11 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
     """
     _require(world_size >= 1, f"--world-size: expected 1 or more, got {world_size}")
     _require(workers >= 1, f"-n/--workers: expected 1 or more, got {workers}")
-    _require(timeout_s > 0, f"--timeout: expected more than 0 seconds, got {timeout_s}")
+    _require(0 < timeout_s <= MAX_TIMEOUT_S, f"--timeout: expected more than 0 and at most "
+             f"{MAX_TIMEOUT_S:g} seconds (a day per run), got {timeout_s}")
+    _require(deadline_s is None or 0 < deadline_s <= MAX_DEADLINE_S,
+             f"--deadline: expected more than 0 and at most {MAX_DEADLINE_S:g} seconds (a "
+             f"week), got {deadline_s}")
     _require(profile in PROFILES, f"--profile: expected one of {', '.join(PROFILES)}, got "
              f"{profile!r}")
     _require(backend in (None, *get_args(Backend)),
@@ -97,8 +119,70 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
                 checks=tuple(selected_checks(selected, world_size)), world_size=world_size,
                 backend="gloo" if backend == "gloo" else "nccl" if backend == "nccl" else None,
                 timeout_s=float(timeout_s), workers=workers, profile=chosen,
+                deadline_s=None if deadline_s is None else float(deadline_s),
                 max_examples=max_examples or PROFILES[chosen], fresh=fresh,
                 deviations=declared, docs_url=docs_url)
+
+
+def report_path_problem(path: Path) -> str:
+    """Why ``path`` cannot take a report ("" when it can); creates and opens nothing new."""
+    if path.is_dir():
+        return "it is a folder"
+    if path.exists():
+        if not path.is_file() and path.resolve() not in _REPORT_DEVICES:
+            return "it is not a regular file"
+        try:
+            with path.open("ab"):  # appends nothing: the file is unchanged
+                pass
+        except OSError as e:
+            return str(e)
+        return ""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the writers create the missing folders
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
+    return ""
+
+
+_REPORT_DEVICES = {Path(os.devnull)}
+
+
+class SignalStop:
+    """SIGINT and SIGTERM raise KeyboardInterrupt once; later ones are ignored until the
+    command returns, so a second signal cannot cut the cleanup short (workers killed, the
+    ``trainspec-*`` scratch folder removed, reports written). ``is_final``: the process ends
+    with the command, so once stopped, later signals stay ignored to its very end."""
+
+    def __init__(self, *, is_final: bool = False) -> None:
+        self.signum = int(signal.SIGINT)
+        self.is_final = is_final
+        self.is_stopped = False
+
+    @contextlib.contextmanager
+    def on_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signal handlers belong to the main thread
+            return
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            for s in STOP_SIGNALS:
+                signal.signal(s, signal.SIG_IGN)
+            self.signum, self.is_stopped = signum, True
+            raise KeyboardInterrupt
+
+        previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            if not (self.is_stopped and self.is_final):
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _require(ok: bool, message: str) -> None:
@@ -228,9 +312,12 @@ def _whole_number(text: str) -> int:
 
 def _seconds(text: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value):  # nan passes no comparison, inf overflows every clock
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds, got {text!r}")
+    return value
 
 
 _TARGETS = "reference (default), lightning, hf, ignite, keras, or MODULE:OBJECT naming an adapter"
@@ -246,7 +333,13 @@ OPTIONS: tuple[Option, ...] = (
            convert=_whole_number, help="ranks of the multi-rank runs (default: 2; 1 skips "
            "them)"),
     Option(key="timeout_s", flag="--timeout", default=60.0, metavar="SECONDS",
-           convert=_seconds, help="bound on every single run, in seconds (default: 60)"),
+           convert=_seconds, help="bound on every single run, and on the adapter's import "
+           f"and description, in seconds (default: 60, at most {MAX_TIMEOUT_S:g})"),
+    # the plugin's items are pytest's to schedule: pytest-timeout bounds a session there
+    Option(key="deadline_s", flag="--deadline", default=DEFAULT_DEADLINE_S, metavar="SECONDS",
+           convert=_seconds, in_plugin=False, help="bound on the whole check, in seconds (default: "
+           f"{DEFAULT_DEADLINE_S:g}, fits a 20-minute CI job): checks not done by then come "
+           "out timeout and every report is still written"),
     Option(key="backend", flag="--backend", choices=get_args(Backend),
            help="collective backend of the multi-rank runs (default: gloo on CPU, nccl when "
            "CUDA has enough devices)"),
@@ -284,6 +377,7 @@ def plan_from(value: Callable[[Option], object], *, docs_url: str | None = None)
     return plan(text("target"), base_trainer=text("base_trainer"), clauses=text("clauses"),
                 world_size=int(number("world_size")), backend=text("backend"),
                 timeout_s=number("timeout_s"), workers=int(number("workers")),
+                deadline_s=number("deadline_s"),
                 profile=text("profile") or "fast", fresh=value(option("fresh")) is True,
                 deviations=None if deviations is None else Path(str(deviations)),
                 docs_url=docs_url)

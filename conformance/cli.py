@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -17,13 +18,12 @@ import sys
 import textwrap
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from trainspec.conformance import api
-from trainspec.conformance.api import OPTIONS, Option, option
+from trainspec.conformance.api import OPTIONS, Option, SignalStop, option
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.links import DOCS_URL_ENV
 from trainspec.errors import AdapterError, ConfigError, UsageError
@@ -43,55 +43,71 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (the console script exits with it)."""
+    """Run the command line; returns the exit status (the console script exits with it).
+
+    Called as the process's command line (``argv`` None), it also becomes a subreaper: any
+    process a worker or a run left behind (``setsid``, a daemon started at import) is
+    re-parented to it and killed before it exits.
+    """
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, or a usage error argparse has already printed
         return e.code if isinstance(e.code, int) else 2
     command: Callable[[argparse.Namespace], int] = args.func
+    is_process = argv is None
+    if is_process:
+        from trainspec.conformance.run.child import become_subreaper
+
+        become_subreaper()
     try:
-        with _first_interrupt_only():
-            return command(args)
+        return _dispatch(command, args, is_final=is_process)
+    finally:
+        if is_process:
+            from trainspec.conformance.run.child import sweep_children
+
+            sweep_children()
+
+
+def _dispatch(command: Callable[[argparse.Namespace], int], args: argparse.Namespace, *,
+              is_final: bool = False) -> int:
+    stop = SignalStop(is_final=is_final)
+    try:
+        with stop.on_signals():
+            status = command(args)
+        if stop.is_stopped:  # swallowed where no exception escapes (a finalizer): stop anyway
+            raise KeyboardInterrupt
+        return status
     except KeyboardInterrupt:
-        # the harness has closed on the way out: workers killed, scratch folder removed
-        print("trainspec: interrupted; worker processes were stopped", file=sys.stderr)
-        return 130
+        # one path for SIGINT and SIGTERM: the runner has killed the workers, the harness
+        # removed its scratch folder (in a finally), and the reports of what was done are out
+        name = signal.Signals(stop.signum).name
+        print(f"trainspec: interrupted by {name}; worker processes were stopped and the "
+              "scratch folder removed", file=sys.stderr)
+        return 128 + stop.signum
     except (UsageError, ConfigError, AdapterError) as e:
         print(f"trainspec: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `trainspec list | head`: the reader left, nothing to report
         _silence_stdout()
         return 0
-    except Exception:
+    except Exception as e:
+        code = errno.ENOMEM if isinstance(e, MemoryError) else getattr(e, "errno", None)
+        if code in _RESOURCE_ERRNOS:  # the machine's limit, not a bug of the suite
+            print(f"trainspec: error: the machine ran out of {_RESOURCE_ERRNOS[code]} ({e}); "
+                  "free some and run again", file=sys.stderr)
+            return 2
         traceback.print_exc()
         print("trainspec: internal error: the suite itself broke (traceback above). This is a "
-              "bug in trainspec or in the adapter; please report it with the traceback and "
-              "the command line.", file=sys.stderr)
+              "bug in trainspec; please report it with the traceback and the command line.",
+              file=sys.stderr)
         return 3
 
 
-@contextlib.contextmanager
-def _first_interrupt_only() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt once; later ones are ignored until the command returns.
-
-    The interrupt unwinds through the harness, which kills its workers (they ignore SIGINT)
-    and removes its scratch folder: a second Ctrl-C must not cut that cleanup short and leave
-    worker processes or a ``trainspec-*`` folder behind.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers belong to the main thread
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+# harness resources: running out of them is the machine's problem, not the suite's
+_RESOURCE_ERRNOS = {errno.ENOSPC: "disk space (ENOSPC)", errno.EMFILE: "file descriptors "
+                    "(EMFILE: raise ulimit -n)", errno.ENFILE: "file descriptors (ENFILE)",
+                    errno.ENOMEM: "memory (ENOMEM)", errno.EAGAIN: "processes (EAGAIN)"}
 
 
 # ----------------------------------------------------------------------------------- parser
@@ -183,7 +199,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     plan = api.plan_from(lambda o: getattr(args, o.key),
                          docs_url=os.environ.get(DOCS_URL_ENV))
     baseline = _read_baseline(args.baseline, plan.target.label)  # so does a bad --baseline
-    result = api.run(plan, on_result=_Progress(len(plan.checks), sys.stderr))
+    _require_writable(args)  # and a report that could not be written
+    from trainspec.conformance.runner import Interrupted
+
+    try:
+        result = api.run(plan, on_result=_Progress(len(plan.checks), sys.stderr))
+    except Interrupted as e:  # what was done is reported; the rest is error "interrupted"
+        with contextlib.suppress(Exception):
+            _write_reports(e.report, args)
+        raise
     print(text.format_table(result, color=_use_color(sys.stdout)))
     if args.verbose:
         details = text.format_details(result)
@@ -199,6 +223,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if comparison is not None:
         return comparison.exit_status
     return 0 if result.conformant else 1
+
+
+def _require_writable(args: argparse.Namespace) -> None:
+    """Every report path can be written, before the run (not found out after it)."""
+    paths = {f"--{k.replace('_', '-')}": getattr(args, k)
+             for k in ("report", "junit", "markdown", "save_baseline", "badge")}
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    paths["GITHUB_STEP_SUMMARY"] = Path(summary) if summary else None
+    for flag, path in paths.items():
+        if path is not None:
+            problem = api.report_path_problem(Path(path))
+            if problem:
+                raise UsageError(f"{flag} {path}: cannot write the report there ({problem}). "
+                                 "Give a file path in a writable folder.")
 
 
 def _read_baseline(path: Path | None, target: str) -> Baseline | None:
@@ -294,8 +332,12 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     published = None
     if args.compare is not None:  # read before the run: a bad file fails in a second
         try:
-            raw = json.loads(args.compare.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
+            with args.compare.open("rb") as f:  # bounded: an endless file is refused
+                data = f.read(_MAX_MATRIX_B + 1)
+            if len(data) > _MAX_MATRIX_B:
+                raise ValueError(f"larger than {_MAX_MATRIX_B // 2**20} MiB")
+            raw = json.loads(data.decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as e:
             raise UsageError(f"--compare {args.compare}: cannot read it as JSON ({e}); expected "
                              "a matrix.json written by `trainspec matrix`") from None
         published = matrices.from_json(raw, source=f"--compare {args.compare}")
@@ -326,6 +368,9 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
             return 1
         print(f"same verdicts as {args.compare}")
     return 0
+
+
+_MAX_MATRIX_B = 64 * 2**20  # a published matrix.json is a few hundred KiB
 
 
 def _silence_stdout() -> None:

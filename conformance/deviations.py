@@ -21,6 +21,7 @@ from trainspec.errors import UsageError
 
 __all__ = ["load_deviations"]
 
+_MAX_BYTES = 2**20  # a deviations file is a few lines: past this it is not one
 _EXAMPLE = '[deviations]\n"RES-4" = "why this target does not meet it"'
 
 
@@ -34,7 +35,13 @@ def load_deviations(path: str | Path) -> dict[str, str]:
     """
     where = Path(path)
     try:
-        text = where.read_text(encoding="utf-8")
+        with where.open("rb") as f:  # bounded: /dev/zero or an endless pipe is refused
+            raw = f.read(_MAX_BYTES + 1)
+        if len(raw) > _MAX_BYTES:
+            raise UsageError(f"--deviations {where}: larger than {_MAX_BYTES // 2**20} MiB, so "
+                             f"not a deviations file (one is a few lines). Write it as:\n"
+                             f"{_EXAMPLE}")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"--deviations {where}: no such file. Give the path of a TOML file "
                          f"such as:\n{_EXAMPLE}") from None
@@ -43,6 +50,9 @@ def load_deviations(path: str | Path) -> dict[str, str]:
                          "TOML file.") from None
     try:
         data = tomllib.loads(text)
+    except RecursionError:  # arrays nested past what the parser follows
+        raise UsageError(f"--deviations {where}: nested too deeply to be a deviations file. "
+                         f"Write it as:\n{_EXAMPLE}") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"--deviations {where}: not valid TOML ({e}). Fix the syntax; the "
                          f"expected form is:\n{_EXAMPLE}") from None

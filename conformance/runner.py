@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -29,9 +30,11 @@ from trainspec.conformance.checks import (
 )
 from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.run.protocol import Description, InvalidDescription
+from trainspec.conformance.run.session import abort_all, is_aborted, reset_abort
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.links import docs_link
 from trainspec.conformance.spec.results import (
+    CheckOutcome,
     CheckResult,
     ClauseResult,
     Report,
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN_TARGETS",
+    "Interrupted",
     "Target",
     "judge_clauses",
     "open_context",
@@ -94,46 +98,144 @@ def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None,
 
     A ``harness`` passed in is reused (and left open): several targets can share its workers.
     ``plan.workers`` > 1 runs families of checks in parallel, each with its own harness (checks
-    of one family share runs, so a family stays together).
+    of one family share runs, so a family stays together). Past ``plan.deadline_s``, or after
+    repeated identical timeouts, the checks not yet run come out ``timeout``. An interrupt
+    (KeyboardInterrupt, also SIGTERM through the CLI) stops every worker at once and leaves as
+    :class:`Interrupted` with the report of what was done.
     """
     started = time.monotonic()
+    reset_abort()
     specs = list(plan.checks)
     buckets = [specs] if plan.workers == 1 or harness is not None else \
         _buckets(specs, plan.workers)
+    gate = _Gate(plan, started)
     lock = threading.Lock()
+    finished: list[CheckResult] = []
+    described: list[Description] = []
 
     def report(result: CheckResult) -> None:
-        if on_result is not None:
-            with lock:
+        with lock:
+            if is_aborted():
+                return  # a check that an interrupt cut short: not a result
+            finished.append(result)
+            if on_result is not None:
                 on_result(result)
 
-    def run_bucket(bucket: Sequence[CheckSpec], shared: Harness | None
-                   ) -> tuple[list[CheckResult], Description]:
+    def run_bucket(bucket: Sequence[CheckSpec], shared: Harness | None) -> None:
         with contextlib.ExitStack() as stack:
             own = shared if shared is not None else stack.enter_context(
                 Harness(plan.target.adapter, timeout_s=plan.timeout_s, fresh=plan.fresh,
-                        backend=plan.backend))
-            ctx, described = open_context(plan.target, own, world_size=plan.world_size,
-                                          max_examples=plan.max_examples)
-            done = []
+                        backend=plan.backend, deadline=gate.deadline))
+            ctx, description = open_context(plan.target, own, world_size=plan.world_size,
+                                            max_examples=plan.max_examples)
+            described.append(description)
             for spec in bucket:
-                done.append(run_check(spec, ctx))
-                report(done[-1])
-            return done, described
+                reason = gate.stop_reason()
+                report(_not_run(spec, "timeout", reason) if reason else
+                       gate.note(run_check(spec, ctx)))
 
-    if len(buckets) == 1:
-        results, described = run_bucket(buckets[0], harness)
-    else:
-        with ThreadPoolExecutor(max_workers=len(buckets), thread_name_prefix="trainspec") as pool:
-            outcomes = list(pool.map(lambda b: run_bucket(b, None), buckets))
-        order = {spec.name: i for i, spec in enumerate(specs)}
-        results = sorted((r for done, _ in outcomes for r in done), key=lambda r: order[r.name])
-        described = outcomes[0][1]
+    try:
+        if len(buckets) == 1:
+            run_bucket(buckets[0], harness)
+        else:
+            _in_parallel(buckets, run_bucket)
+    except KeyboardInterrupt:
+        abort_all()  # workers die now; threads waiting on them wake up and end
+        with lock:
+            done = list(finished)
+        rest = [_not_run(s, "error", "the check was interrupted (SIGINT or SIGTERM)")
+                for s in specs if s.name not in {r.name for r in done}]
+        raise Interrupted(_report(plan, [*done, *rest], described, started)) from None
+    order = {spec.name: i for i, spec in enumerate(specs)}
+    return _report(plan, sorted(finished, key=lambda r: order[r.name]), described, started)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was interrupted; ``report`` holds the checks done (the rest ``error``)."""
+
+    def __init__(self, report: Report) -> None:
+        super().__init__("interrupted")
+        self.report = report
+
+
+def _in_parallel(buckets: Sequence[Sequence[CheckSpec]],
+                 run_bucket: Callable[[Sequence[CheckSpec], Harness | None], None]) -> None:
+    pool = ThreadPoolExecutor(max_workers=len(buckets), thread_name_prefix="trainspec")
+    try:
+        for _ in pool.map(lambda b: run_bucket(b, None), buckets):
+            pass
+    except KeyboardInterrupt:
+        abort_all()  # before the pool waits for its threads: they wait on workers
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _report(plan: Plan, results: Sequence[CheckResult], described: Sequence[Description],
+            started: float) -> Report:
+    first = described[0] if described else None
     return Report(trainspec=trainspec.__version__, target=plan.target.label,
-                  environment=_environment(described.environment),
+                  environment=_environment(first.environment if first else {}),
                   clauses=judge_clauses(results, plan.clauses, plan.deviations, plan.world_size,
-                                        sources=described.sources, docs_url=plan.docs_url),
+                                        sources=first.sources if first else None,
+                                        docs_url=plan.docs_url),
                   duration_s=round(time.monotonic() - started, 3), selected=plan.clauses)
+
+
+def _not_run(spec: CheckSpec, outcome: CheckOutcome, reason: str) -> CheckResult:
+    return CheckResult(name=spec.name, clauses=spec.clauses, outcome=outcome,
+                       evidence=f"not run: {reason}", duration_s=0.0)
+
+
+_SAME_TIMEOUTS = 3  # this many checks in a row timing out at the same place: stop early
+
+
+class _Gate:
+    """When the checks must stop early: past the deadline, or after repeated identical
+    timeouts (a trainer that hangs in every run would otherwise cost ~50 x --timeout)."""
+
+    def __init__(self, plan: Plan, started: float) -> None:
+        self.deadline_s = plan.deadline_s
+        self.deadline = None if plan.deadline_s is None else started + plan.deadline_s
+        self._lock = threading.Lock()
+        self._streak: list[str] = []  # where each of the last timeouts was stuck
+        self._stopped = ""
+
+    def stop_reason(self) -> str:
+        """Why no further check may start ("" while they may)."""
+        if is_aborted():
+            return "the check was interrupted"
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return (f"the --deadline of {self.deadline_s:g} s was spent before this check "
+                    "started; raise --deadline, or select fewer clauses")
+        with self._lock:
+            return self._stopped
+
+    def note(self, result: CheckResult) -> CheckResult:
+        """Count ``result`` toward fail-fast; a check the deadline cut short is ``timeout``."""
+        if self.deadline is not None and time.monotonic() >= self.deadline \
+                and result.outcome in ("failed", "error"):
+            result = replace(result, outcome="timeout", evidence=(
+                f"the --deadline of {self.deadline_s:g} s ran out during this check: "
+                f"{result.evidence}"))
+        with self._lock:
+            if result.outcome != "timeout":
+                self._streak.clear()
+                return result
+            self._streak.append(_stuck_at(result))
+            last = self._streak[-_SAME_TIMEOUTS:]
+            if len(last) == _SAME_TIMEOUTS and len(set(last)) == 1 and not self._stopped:
+                self._stopped = (f"fail-fast: the {_SAME_TIMEOUTS} checks before this one "
+                                 f"timed out at the same place ({last[0]})")
+        return result
+
+
+def _stuck_at(result: CheckResult) -> str:
+    """Where a timed-out check was stuck: the innermost frame of its stack dump."""
+    for line in result.detail.splitlines():
+        if line.strip().startswith("File "):
+            return line.strip()[:200]
+    return "no stack" if not result.detail.strip() else result.detail.strip().splitlines()[-1]
 
 
 def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 2,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -159,7 +160,8 @@ def test_an_interrupt_exits_130_with_one_line(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(api, "run", fake_run(KeyboardInterrupt(), []))
     assert main(["check", "--clauses", "LOOP-1"]) == 130
-    assert capsys.readouterr().err == "trainspec: interrupted; worker processes were stopped\n"
+    assert capsys.readouterr().err == ("trainspec: interrupted by SIGINT; worker processes were "
+                                       "stopped and the scratch folder removed\n")
 
 
 def test_matrix_writes_json_and_markdown_for_the_installed_targets(
@@ -227,10 +229,46 @@ def test_the_cli_puts_the_docs_url_variable_in_the_plan_and_counts_its_checks(
     assert f"[1/{len(plan.checks)}] passed  check_fake_thing" in capsys.readouterr().err
 
 
+def test_the_deadline_reaches_the_plan_with_a_default_that_fits_a_ci_job(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[api.Plan] = []
+    monkeypatch.setattr(api, "run", fake_run(fake_report(), calls))
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert main(["check", "--clauses", "LOOP-1", "--deadline", "30"]) == 0
+    assert main(["check", "--clauses", "LOOP-1"]) == 0
+    assert [plan.deadline_s for plan in calls] == [30.0, 900.0]
+
+
+def test_an_interrupted_run_writes_the_reports_of_what_it_did_and_exits_143(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from trainspec.conformance.runner import Interrupted
+
+    def interrupted(plan: api.Plan, **kwargs: object) -> Report:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled: raises in this thread at once
+        raise AssertionError("SIGTERM did not stop the run")
+
+    def stopped(plan: api.Plan, **kwargs: object) -> Report:
+        try:
+            return interrupted(plan, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted(fake_report(failing="LOOP-1")) from None
+
+    monkeypatch.setattr(api, "run", stopped)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    report = tmp_path / "r.json"
+    assert main(["check", "--clauses", "LOOP-1", "--report", str(report)]) == 143
+    assert "trainspec: interrupted by SIGTERM" in capsys.readouterr().err
+    assert json.loads(report.read_text())["conformant"] is False
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored: main ran in-process
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"world_size": 0}, "--world-size: expected 1 or more, got 0"),
     ({"workers": 0}, "-n/--workers: expected 1 or more, got 0"),
-    ({"timeout_s": 0.0}, "--timeout: expected more than 0 seconds"),
+    ({"timeout_s": 0.0}, "--timeout: expected more than 0 and at most 86400 seconds"),
+    ({"timeout_s": 1e10}, "--timeout: expected more than 0 and at most 86400 seconds"),
+    ({"deadline_s": 0.0}, "--deadline: expected more than 0 and at most 604800 seconds"),
     ({"backend": "mpi"}, "--backend: expected gloo or nccl"),
     ({"profile": "slow"}, "--profile: expected one of fast, ci"),
     ({"clauses": "XYZ"}, "unknown clause or family 'XYZ'"),

@@ -207,8 +207,17 @@ def read_baseline(path: str | Path) -> Baseline:
     """
     where = Path(path)
     save = _SAVE.format(path=where)
+    limit_b = 16 * 2**20  # a baseline of every clause is a few KiB: past this it is not one
     try:
-        data = json.loads(where.read_text(encoding="utf-8"))
+        with where.open("rb") as f:  # bounded: /dev/zero or an endless pipe is refused
+            raw = f.read(limit_b + 1)
+        if len(raw) > limit_b:
+            raise UsageError(f"--baseline {where}: larger than {limit_b // 2**20} MiB, so not a "
+                             f"baseline (one is a few KiB). Save one with `{save}`.")
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:  # nesting the decoder refuses to follow: not a baseline either
+        raise UsageError(f"--baseline {where}: nested too deeply to be a baseline. Save it "
+                         f"again with `{save}`.") from None
     except FileNotFoundError:
         raise UsageError(f"--baseline {where}: no such file. Expected a baseline saved by "
                          f"`trainspec check --save-baseline FILE`; save one first with `{save}`."

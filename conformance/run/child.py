@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from trainspec.conformance.run.records import Record
     from trainspec.conformance.run.scenario import CrashWhere, Scenario
 
-__all__ = ["ChildContext", "child_main", "set_parent_death_signal"]
+__all__ = ["ChildContext", "become_subreaper", "child_main", "children", "set_parent_death_signal",
+           "sweep_children"]
 
 
 def _suite_dirs() -> tuple[str, ...]:
@@ -90,6 +91,51 @@ def set_parent_death_signal() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def become_subreaper() -> bool:
+    """Linux: orphaned descendants (a ``setsid`` daemon, a double fork) are re-parented to this
+    process instead of init, so :func:`sweep_children` can end them. False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def children() -> set[int]:
+    """The process IDs whose parent is this process (from /proc; empty where it is missing)."""
+    me, out = os.getpid(), set()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+                    fields = f.read().rpartition(b")")[2].split()
+                if int(fields[1]) == me:
+                    out.add(int(entry.name))
+    return out
+
+
+def sweep_children(keep: set[int] | frozenset[int] = frozenset()) -> int:
+    """Kill every child of this process but ``keep`` (with its group), and reap them; repeat
+    while killing re-parents more (a subreaper inherits its orphans' children). The count."""
+    killed = 0
+    for _ in range(10):
+        found = children() - set(keep)
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            killed += 1
+        time.sleep(0.05)
+        for pid in found:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+    return killed
 
 
 def _install_write_watch(ctx: ChildContext, slow_writes_s: float) -> None:

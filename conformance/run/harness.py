@@ -41,7 +41,12 @@ from trainspec.conformance.run.protocol import (
 )
 from trainspec.conformance.run.records import RunError
 from trainspec.conformance.run.scenario import Scenario
-from trainspec.conformance.run.session import START_TIMEOUT_S, WorkerProcess
+from trainspec.conformance.run.session import (
+    MIN_FREE_RUN_B,
+    MIN_FREE_START_B,
+    WorkerProcess,
+    require_disk,
+)
 from trainspec.conformance.run.trace import (
     RankTrace,
     RunStatus,
@@ -49,7 +54,7 @@ from trainspec.conformance.run.trace import (
     parse_rank,
     read_records,
 )
-from trainspec.errors import AdapterError, HarnessError
+from trainspec.errors import AdapterError, ConfigError, HarnessError
 
 __all__ = ["AdapterRuns", "AdapterSpec", "Harness", "PropertyOutcome", "World"]
 
@@ -60,6 +65,9 @@ Backend = Literal["gloo", "nccl"]
 _JOBS = itertools.count()
 
 _REPLY_MARGIN_S = 15.0  # the worker bounds its child; this covers the stack dump and the kill
+# the adapter's import and self-description get --timeout and this much more: a framework's
+# import alone takes seconds (Lightning ~5 s), which a tight --timeout for runs does not budget
+_IMPORT_MARGIN_S = 10.0
 
 
 class World:
@@ -71,7 +79,7 @@ class World:
     def __init__(self, size: int, root: Path, adapter: AdapterSpec, *, fresh: bool = False,
                  spawn: Callable[[Path], WorkerProcess] | None = None) -> None:
         self.size, self.root, self.adapter, self.fresh = size, root, adapter, fresh
-        self._spawn = spawn or WorkerProcess
+        self._spawn = spawn or self._new_worker
         self.workers: list[WorkerProcess] = []
         self._runs = 0
         self._start()
@@ -85,21 +93,30 @@ class World:
         for worker in self.workers:
             worker.bind(self.adapter)
 
+    def _new_worker(self, log_path: Path) -> WorkerProcess:
+        return WorkerProcess(log_path)
+
     def restart(self) -> None:
         for w in self.workers:
             w.close()
-        self._spawn = WorkerProcess  # a restart starts its own
+        self._spawn = self._new_worker  # a restart starts its own
         self._start()
 
-    def describe(self) -> Description:
-        """What the adapter says of itself (validated in the worker).
+    def describe(self, timeout_s: float = 60.0) -> Description:
+        """What the adapter says of itself (validated in the worker); its import and
+        description are bounded by ``timeout_s`` (plus a margin for a framework's import).
 
         Raises:
-            AdapterError: the adapter could not be built or described itself wrongly.
+            AdapterError: the adapter could not be imported, built or described within the
+                bound, or described itself wrongly; the message names the adapter.
         """
         worker = self.workers[0]
         worker.send(Describe())
-        reply = worker.receive(START_TIMEOUT_S)
+        bound_s = timeout_s + _IMPORT_MARGIN_S
+        try:
+            reply = worker.receive(bound_s)
+        except HarnessError as e:  # the worker runs only the adapter's code after its start
+            raise AdapterError(self._unanswered(worker, bound_s, str(e))) from None
         if isinstance(reply, Failure) and reply.kind == "invalid":
             raise InvalidDescription(reply.error)
         if isinstance(reply, Failure):
@@ -107,6 +124,20 @@ class World:
         if not isinstance(reply, Description):
             raise HarnessError(f"{self.adapter.factory}: expected a description, got {reply}")
         return reply
+
+    def _unanswered(self, worker: WorkerProcess, bound_s: float, error: str) -> str:
+        factory = self.adapter.factory
+        if "did not answer" not in error:  # it ended: os._exit, sys.exit, closed its pipes
+            return (f"{factory}: the worker died while importing, building or describing the "
+                    f"adapter ({error.partition(';')[0]}); an adapter module must import, and "
+                    f"its factory return, without ending the process or closing its file "
+                    f"descriptors.\n{worker.log_tail()}")
+        stack = worker.dump_stacks()
+        self.close()
+        return (f"{factory}: importing, building or describing the adapter did not finish "
+                f"within {bound_s:g} s (--timeout plus {_IMPORT_MARGIN_S:g} s for imports): "
+                f"the module must import, and capabilities() and environment() return, "
+                f"within it; where it was stuck is below.\n{stack}")
 
     def run(self, scenario: Scenario, *, ckpt_root: Path, timeout_s: float,
             preload: Sequence[str] = ()) -> Trace:
@@ -131,10 +162,13 @@ class World:
                                 # DIST-4's finding, from the write watch): when its child has
                                 # ended, its worker describes what the run left
                                 preload=tuple(preload), describe_files=rank == 0))
-            replies = self._collect(timeout_s)
+            # rank 0's worker then describes the files, bounded by timeout_s too
+            replies = self._collect(2 * timeout_s)
         finally:
             del store
         duration = time.monotonic() - started
+        if any(r.status != "exited" or r.code != 0 for r in replies):
+            require_disk(self.root, MIN_FREE_RUN_B, during=scenario.name)
         ranks = tuple(self._rank_trace(rank, job_dir, reply) for rank, reply in
                       enumerate(replies))
         return Trace(scenario_name=scenario.name, ranks=ranks, files=self._files(replies[0]),
@@ -232,13 +266,22 @@ class Harness:
     """
 
     def __init__(self, adapter: AdapterSpec, *, timeout_s: float = 60.0,
-                 fresh: bool = False, backend: Backend | None = None) -> None:
+                 fresh: bool = False, backend: Backend | None = None,
+                 deadline: float | None = None) -> None:
         self.adapter = adapter
         self.timeout_s = timeout_s
         self.fresh = fresh  # new worker processes for every run: isolation over speed
         # gloo or nccl for multi-rank runs; None: the trainer picks (nccl with enough GPUs)
         self.backend = backend
+        self.deadline = deadline  # time.monotonic() past which no run may go on; None: none
+        # every folder of the suite's runs (job folders, checkpoints, property runs' folders,
+        # worker logs) lies under this one root, removed by close() whatever happens
         self.root = Path(tempfile.mkdtemp(prefix="trainspec-"))
+        try:
+            require_disk(self.root, MIN_FREE_START_B)
+        except ConfigError:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
         self.worlds: dict[tuple[AdapterSpec, int], World] = {}
         self._dirs = itertools.count()
         self._spare: WorkerProcess | None = None  # started ahead of need once adapters vary
@@ -281,7 +324,14 @@ class Harness:
 
     def describe(self, adapter: AdapterSpec | None = None) -> Description:
         """What ``adapter`` (the harness's own by default) says of itself, validated."""
-        return self.world(1, adapter).describe()
+        return self.world(1, adapter).describe(self.timeout_s)
+
+    def bound_s(self, timeout_s: float) -> float:
+        """A run's bound: ``timeout_s``, cut to what is left before the deadline (at least a
+        second, so a run cut by the deadline still reports where it was)."""
+        if self.deadline is None:
+            return timeout_s
+        return min(timeout_s, max(self.deadline - time.monotonic(), 1.0))
 
     def run(self, scenario: Scenario, *, adapter: AdapterSpec | None = None,
             ckpt_root: Path | None = None, timeout_s: float | None = None) -> Trace:
@@ -290,7 +340,8 @@ class Harness:
         if self.backend and scenario.world_size > 1:
             scenario = scenario.with_config(**{"ddp.backend": self.backend})
         return self.world(scenario.world_size, adapter).run(
-            scenario, ckpt_root=root, timeout_s=timeout_s or self.timeout_s, preload=preload)
+            scenario, ckpt_root=root, timeout_s=self.bound_s(timeout_s or self.timeout_s),
+            preload=preload)
 
     def property(self, name: str, *, runner: str, max_examples: int,
                  adapter: AdapterSpec | None = None) -> PropertyOutcome:
@@ -298,16 +349,20 @@ class Harness:
         # a property is many runs: its bound scales with the examples it may take
         return self.world(1, adapter).run_property(
             name, runner=runner, max_examples=max_examples,
-            timeout_s=self.timeout_s + 0.5 * max_examples)
+            timeout_s=self.bound_s(self.timeout_s + 0.5 * max_examples))
 
     def close(self) -> None:
-        for world in self.worlds.values():
-            world.close()
-        self.worlds.clear()
-        if self._spare is not None:
-            self._spare.close()
-            self._spare = None
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Stop every worker and remove the scratch root (in a ``finally``: an interrupt while
+        the workers shut down still removes it)."""
+        try:
+            for world in list(self.worlds.values()):
+                world.close()
+            self.worlds.clear()
+            if self._spare is not None:
+                self._spare.close()
+                self._spare = None
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Harness:
         return self

@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -27,17 +30,67 @@ from trainspec.conformance.run.protocol import (
     decode_reply,
     encode,
 )
-from trainspec.errors import HarnessError
+from trainspec.errors import ConfigError, HarnessError
 
-__all__ = ["START_TIMEOUT_S", "WorkerProcess"]
+__all__ = ["MIN_FREE_RUN_B", "MIN_FREE_START_B", "START_TIMEOUT_S",
+           "WorkerProcess", "abort_all", "is_aborted", "require_disk", "reset_abort"]
 
-START_TIMEOUT_S = 60.0  # a worker's start (imports) and its answer to describe
+START_TIMEOUT_S = 60.0  # a worker's own start (torch imported, warm): the suite's code only
+
+# every live worker of this process, so that an interrupt (SIGINT, SIGTERM) can stop them all at
+# once, whichever thread waits on them; once aborted, no new worker starts until reset
+_LIVE: set[WorkerProcess] = set()
+_LIVE_LOCK = threading.Lock()
+_ABORTED = threading.Event()
+
+
+# the scratch folder's free space: below the first no run can be trusted to write its records
+# (checked when a harness opens); below the second a broken run is blamed on the disk
+MIN_FREE_START_B = 64 * 2**20
+MIN_FREE_RUN_B = 8 * 2**20
+
+
+def require_disk(root: Path, need_b: int, *, during: str = "") -> None:
+    """The scratch folder's disk has ``need_b`` bytes free, or an error naming the resource:
+    a full disk is the machine's problem, never the trainer's ``fail``."""
+    try:
+        free_b = shutil.disk_usage(root).free
+    except OSError:
+        return
+    if free_b >= need_b:
+        return
+    where = f"the run of {during!r} broke and " if during else ""
+    message = (f"{where}the scratch folder's disk is full: {free_b // 1024} KiB free under "
+               f"{root.parent} (TMPDIR), trainspec needs {need_b // 2**20} MiB. Free space "
+               "there or point TMPDIR at a larger disk.")
+    raise HarnessError(message) if during else ConfigError(message)
+
+
+def abort_all() -> None:
+    """Kill every live worker's process group now (no graceful shutdown) and refuse new ones:
+    a thread blocked on a worker's reply wakes up to a closed pipe."""
+    _ABORTED.set()
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for worker in live:
+        worker.kill()
+
+
+def is_aborted() -> bool:
+    return _ABORTED.is_set()
+
+
+def reset_abort() -> None:
+    """Allow workers again (a new run in the same process, after an interrupted one)."""
+    _ABORTED.clear()
 
 
 class WorkerProcess:
     """One worker process and its pipe of typed JSON lines; bound to one adapter."""
 
     def __init__(self, log_path: Path) -> None:
+        if _ABORTED.is_set():
+            raise HarnessError("interrupted: no new worker starts once the run is stopping")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
                "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
         self.log_path = log_path
@@ -48,6 +101,9 @@ class WorkerProcess:
             start_new_session=True, text=True, bufsize=1,
         )
         self._ready = False
+        self._busy = False  # a request sent and not answered: close kills without waiting
+        with _LIVE_LOCK:
+            _LIVE.add(self)
 
     def bind(self, adapter: AdapterSpec) -> None:
         """Send the adapter the worker serves (it builds it once; no reply: a failure to build
@@ -67,6 +123,7 @@ class WorkerProcess:
         self.wait_ready()
         assert self.proc.stdin is not None
         try:
+            self._busy = not isinstance(request, Bind)  # a bind has no reply
             self.proc.stdin.write(encode(request) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as e:
@@ -83,24 +140,58 @@ class WorkerProcess:
                                    f"{timeout_s:.0f} s; its log: {self.log_tail()}")
         line = stdout.readline()
         if not line:
-            raise HarnessError(f"worker {self.proc.pid} exited (status {self.proc.poll()}); "
+            raise HarnessError(f"worker {self.proc.pid} {self.exit_status()}; "
                                f"its log: {self.log_tail()}")
+        self._busy = False
         return decode_reply(line)
+
+    def exit_status(self) -> str:
+        """How the worker ended, in words (it closed its pipe: give it a moment to be reaped)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+        code = self.proc.returncode
+        if code is None:
+            return "closed its protocol pipe but is still running"
+        if code < 0:
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"exited with status {code}"
+
+    def dump_stacks(self) -> str:
+        """Every thread's stack of a worker that does not answer (faulthandler on SIGUSR1,
+        into its log), and the log's tail."""
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.proc.pid, signal.SIGUSR1)
+        time.sleep(0.5)
+        with contextlib.suppress(OSError), self.log_path.open(errors="replace") as f:
+            f.seek(offset)
+            stack = f.read()[-8000:].strip()
+            if stack:
+                return stack
+        return self.log_tail()
 
     def log_tail(self, limit: int = 2000) -> str:
         with contextlib.suppress(OSError):
             return self.log_path.read_text(errors="replace")[-limit:].strip() or "(empty)"
         return "(unreadable)"
 
+    def kill(self) -> None:
+        """Kill the worker's process group now (its runs die with it: parent-death signal)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
     def close(self) -> None:
-        if self.proc.poll() is None and self.proc.stdin is not None:
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        # a busy worker (a run in flight: an interrupt, a timeout) cannot read a shutdown
+        if not self._busy and not _ABORTED.is_set() and self.proc.poll() is None \
+                and self.proc.stdin is not None:
             with contextlib.suppress(OSError, ValueError):
                 self.proc.stdin.write(encode(Shutdown()) + "\n")
                 self.proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=2)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         for stream in (self.proc.stdout, self.proc.stdin):

@@ -15,18 +15,21 @@ Run as ``python -m trainspec.conformance.run.worker``.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import reprlib
 import select
 import signal
 import sys
+import tempfile
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import IO
+from types import FrameType
+from typing import IO, TypeVar
 
 from trainspec.conformance.run.adapter import (
     CAPABILITIES,
@@ -35,7 +38,13 @@ from trainspec.conformance.run.adapter import (
     DescribesCheckpoints,
     NamesFrameworkSources,
 )
-from trainspec.conformance.run.child import child_main, set_parent_death_signal
+from trainspec.conformance.run.child import (
+    become_subreaper,
+    child_main,
+    children,
+    set_parent_death_signal,
+    sweep_children,
+)
 from trainspec.conformance.run.protocol import (
     JSON,
     AdapterSpec,
@@ -56,6 +65,29 @@ from trainspec.conformance.run.protocol import (
 from trainspec.errors import AdapterError, HarnessError
 
 __all__ = ["main"]
+
+T = TypeVar("T")
+
+
+class Overdue(Exception):
+    """Adapter code the worker runs itself (``describe_checkpoints``) outlived its bound."""
+
+
+def bounded(call: Callable[[], T], timeout_s: float, what: str) -> T:
+    """``call()`` within ``timeout_s`` (a SIGALRM timer: the worker is single-threaded); past
+    it, :class:`Overdue` names ``what`` and the stack it was stuck in."""
+    def overdue(signum: int, frame: FrameType | None) -> None:
+        stack = "".join(traceback.format_stack(frame)[-12:]) if frame else ""
+        raise Overdue(f"{what} did not return within {timeout_s:g} s (--timeout); it was "
+                      f"stuck in:\n{stack}")
+
+    previous = signal.signal(signal.SIGALRM, overdue)
+    signal.setitimer(signal.ITIMER_REAL, max(timeout_s, 0.01))
+    try:
+        return call()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _wait(pid: int, timeout_s: float) -> int | None:
@@ -159,20 +191,27 @@ def _run_child(request: Run | Property, adapter: object) -> RunReply:
     """Fork a child for ``request``, wait for it within the bound, and say how it ended."""
     sys.stdout.flush()
     sys.stderr.flush()
+    before = children()  # a daemon the adapter started at import stays; a run's strays go
     pid = os.fork()
     if pid == 0:  # the child: never returns into the worker's loop
         code = 1
         try:
             os.setpgid(0, 0)
             set_parent_death_signal()
+            # temporary folders of the run (a property run's, the trainer's) go under its job
+            # folder, inside the harness's scratch root: removed with it whatever happens
+            tempfile.tempdir = request.job_dir
             # the child reads the request's JSON (child.py owns that side)
             code = child_main(request.to_json(), adapter)
         finally:
             os._exit(code)
     status = _wait(pid, request.timeout_s)
     if status is None:
-        return _timed_out(pid, request)
+        reply = _timed_out(pid, request)
+        sweep_children(keep=before)
+        return reply
     _kill_group(pid)  # grandchildren (loader workers, launchers) go with it
+    sweep_children(keep=before)  # and those that left its group (setsid), re-parented here
     if os.WIFSIGNALED(status):
         return RunReply(status="killed", signal=os.WTERMSIG(status))
     return RunReply(status="exited", code=os.WEXITSTATUS(status))
@@ -205,7 +244,8 @@ def _run(request: Run, adapter: object) -> RunReply:
     if not request.describe_files:
         return reply
     try:  # the files the run left, described now: no second round trip
-        files = describe_files(adapter, Path(request.ckpt_root))
+        files = bounded(lambda: describe_files(adapter, Path(request.ckpt_root)),
+                        request.timeout_s, f"{type(adapter).__qualname__}.describe_checkpoints")
     except Exception as e:
         return replace(reply, files_error=f"{type(e).__name__}: {e}\n"
                        f"{traceback.format_exc()[-8000:]}")
@@ -291,10 +331,16 @@ def main() -> None:
     sys.stdout = sys.stderr
     warnings.simplefilter("ignore")  # the trainer's warnings are not the worker's business
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides when workers stop
+    # a worker that stops answering (a hang in the adapter's import) shows where it is stuck
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    become_subreaper()  # what a run or the adapter leaves behind is swept, not orphaned
     _warm_up()
     proto.write(encode(Ready(pid=os.getpid())) + "\n")
     proto.flush()
-    _serve(proto)
+    try:
+        _serve(proto)
+    finally:
+        sweep_children()
 
 
 if __name__ == "__main__":
