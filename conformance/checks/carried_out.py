@@ -38,7 +38,7 @@ def shortfall(s: Scenario, trace: Trace) -> str | None:
     for r in trace.ranks:
         missing = _rank_shortfall(s, r)
         if missing is not None:
-            return f"{'rank ' + str(r.rank) + ' ' if multi else ''}{missing}"
+            return f"{'on rank ' + str(r.rank) + ' ' if multi else ''}{missing}"
     return None
 
 
