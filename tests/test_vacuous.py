@@ -75,7 +75,7 @@ ONCE_VACUOUS = ("check_best_file_follows_improvements", "check_pooled_mean_is_su
                 "check_debug_writes_nothing", "check_loading_never_runs_embedded_code",
                 "check_interrupted_write_keeps_the_previous_file",
                 "check_debug_disables_prediction_dumps")
-LACKED = ("recorded no set-up and no end", "nothing shows")
+LACKED = ("recorded no end (it recorded nothing)", "nothing shows")
 
 
 @dataclass(slots=True, kw_only=True)

@@ -4,12 +4,12 @@ A check compares what a run did with what the clause asks; a run that did nothin
 nothing to compare, and "best.pt rewritten at each of 0 improvements" would be a pass. So every
 run a passing check judged must show its scenario carried out (:func:`shortfall`):
 
-- a run asked to finish: on every rank a set-up and an end recorded, the adapter's run
-  returned, every epoch up to the last one trained unless the trainer itself flagged a stop,
-  and a validation after every epoch the schedule names (``val.every_n_epochs``, the final
-  epoch, ``val.first`` for a run that is not a resume);
-- a run asked to be interrupted: the set-up recorded and the interruption point reached on
-  the rank the scenario interrupts;
+- a run asked to finish: on every rank its end recorded and the adapter's run returned,
+  every epoch up to the last one trained unless the trainer itself flagged a stop, and a
+  validation after every epoch the schedule names (``val.every_n_epochs``, the final epoch,
+  ``val.first`` for a run that is not a resume);
+- a run asked to be interrupted: the interruption point reached on the rank the scenario
+  interrupts (a write that never came through torch.save: judged as a whole run);
 - a run that ended otherwise while the check passed (a trainer refusing a checkpoint): the
   trainer raised, or called ``sys.exit`` with a message; a run killed by a signal or ended
   without a word shows nothing attempted.
@@ -50,8 +50,6 @@ def _rank_shortfall(s: Scenario, r: RankTrace) -> str | None:
     if crash is not None:
         if r.rank != crash.rank:
             return None
-        if r.setup is None:
-            return "recorded no set-up before the interruption point"
         if not r.crashes:
             return (f"never reached the interruption point ({crash.where} of epoch "
                     f"{crash.epoch}); it {_ended(r)}")
@@ -60,11 +58,9 @@ def _rank_shortfall(s: Scenario, r: RankTrace) -> str | None:
         if r.status == "raised" or (r.status == "exited" and _said_why(r)):
             return None  # the trainer refused (a checkpoint that does not fit, is missing...)
         return f"{_ended(r)}: nothing shows it attempted what the scenario asked"
-    if r.setup is None or r.end is None:
-        lacks = " and no ".join(what for what, seen in (("set-up", r.setup), ("end", r.end))
-                                if seen is None)
-        return (f"recorded no {lacks} (it recorded {_kinds(r)}): the run did not carry out "
-                "the scenario")
+    if r.end is None:
+        return (f"recorded no end (it recorded {_kinds(r)}): the run did not carry out the "
+                "scenario")
     return _loop_shortfall(s, r)
 
 
