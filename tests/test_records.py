@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from trainspec.conformance.checks import CHECKS, run_check
+from trainspec.conformance.run.files import error_line
 from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.run.memory import MemoryContext
 from trainspec.conformance.run.records import (
@@ -37,8 +38,16 @@ from trainspec.conformance.run.records import (
     kind_of,
     to_json,
 )
-from trainspec.conformance.run.trace import MALFORMED, parse_rank, read_records
+from trainspec.conformance.run.trace import (
+    MALFORMED,
+    MAX_RECORDS,
+    MAX_RUN_BYTES,
+    OVERFLOW,
+    parse_rank,
+    read_records,
+)
 from trainspec.conformance.runner import open_context, resolve_target
+from trainspec.errors import AdapterError
 
 
 def _weights(seed: int) -> dict[str, torch.Tensor]:
@@ -223,3 +232,124 @@ def test_a_run_with_a_malformed_record_is_an_adapter_error_naming_the_field() ->
     assert "the run raised: RecordError: record 'val': field 'epoch' should be an integer, " \
         "got 'two'" in result.evidence
     assert "line 2 of rank0.events.jsonl" in result.detail
+
+
+# ------------------------------------------------- bounded reading, and how a run ended
+
+def _flood(path: Path, count: int) -> None:
+    _write_lines(path, [json.dumps(to_json(Done(t=float(i)))) for i in range(count)])
+
+
+def test_a_flood_of_records_is_read_up_to_the_bound_and_named(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.events.jsonl"
+    _flood(path, 50)
+    records = read_records(path, max_records=10)
+    assert len(records) == 11  # the bound, then the overflow standing for the rest
+    overflow = records[-1]
+    assert isinstance(overflow, RunError)
+    assert overflow.type == OVERFLOW
+    assert "more than 10 records" in overflow.message
+    rank = parse_rank(0, records, "completed", "", "")
+    assert rank.status == "raised"
+    assert rank.is_ours  # the run could not be judged: an error, not the trainer's failure
+    assert rank.error.startswith(f"{OVERFLOW}: rank0.events.jsonl: the run recorded more")
+
+
+def test_a_flood_that_outlives_its_bound_is_a_timeout_naming_the_overflow(
+        tmp_path: Path) -> None:
+    path = tmp_path / "rank0.events.jsonl"
+    _flood(path, 200)
+    records = read_records(path, max_bytes=1000)
+    rank = parse_rank(0, records, "timeout", "still running after 3 s", "stack")
+    assert rank.status == "timeout"
+    assert rank.error.startswith("still running after 3 s; RecordOverflow: ")
+    assert "the run recorded more than 1000 bytes" in rank.error
+    assert len(records) < 200
+
+
+def test_a_line_longer_than_a_record_may_be_is_not_read_into_memory(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.events.jsonl"
+    path.write_text(json.dumps(to_json(ONE_OF_EACH[0])) + "\n" + "x" * 5000 + "\n")
+    records = read_records(path, max_line_bytes=1000)
+    assert kind_of(records[0]) == "setup"
+    last = records[-1]
+    assert isinstance(last, RunError)
+    assert "line 2 is longer than 1000 bytes" in last.message
+
+
+def test_a_record_nested_too_deep_is_malformed_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.events.jsonl"
+    _write_lines(path, ["[" * 200_000 + "]" * 200_000])
+    (record,) = read_records(path)
+    assert isinstance(record, RunError)
+    assert record.type == MALFORMED
+    assert "nested too deep" in record.message
+
+
+def test_the_reference_sized_bounds_are_far_above_a_real_run() -> None:
+    # the reference's largest run records 31 KB in 62 records (measured over the whole
+    # suite; see MAX_RECORDS): the bounds leave two to three orders of magnitude
+    assert MAX_RUN_BYTES >= 1000 * 31_000
+    assert MAX_RECORDS >= 300 * 62
+
+
+def test_a_process_that_exits_with_status_zero_mid_run_did_not_complete() -> None:
+    rank = parse_rank(0, [ONE_OF_EACH[0]], "completed", "", "")
+    assert rank.status == "exited"
+    assert "before the adapter's run returned" in rank.error
+
+
+def test_sys_exit_zero_mid_run_did_not_complete_and_says_so() -> None:
+    rank = parse_rank(0, [ONE_OF_EACH[0], RunExit(code=0, message="")], "completed", "", "")
+    assert rank.status == "exited"
+    assert rank.error.startswith("the run called sys.exit(0) before the run recorded its end")
+
+
+def test_sys_exit_with_a_message_keeps_it() -> None:
+    rank = parse_rank(0, [RunExit(code=1, message="bye")], "exited", "exited with status 1",
+                      "")
+    assert rank.error == "the run called sys.exit('bye'): exited with status 1"
+    plain = parse_rank(0, [RunExit(code=143, message="")], "exited", "exited with status 143",
+                       "")
+    assert plain.error == "exited with status 143"
+
+
+def test_a_run_that_returned_after_its_end_completed() -> None:
+    end = next(r for r in ONE_OF_EACH if isinstance(r, RunEnd))
+    assert parse_rank(0, [ONE_OF_EACH[0], end, Done()], "completed", "", "").status == \
+        "completed"
+    # in memory (a property run) there is no Done: the end record is enough
+    assert parse_rank(0, [ONE_OF_EACH[0], end], "completed", "", "").status == "completed"
+
+
+def test_a_raised_run_quotes_the_line_that_says_what_went_wrong() -> None:
+    message = ("\x1b[31mWeights only load failed. This file can still be loaded, to do so "
+               "you have two options.\x1b[0m\n\t(1) Re-running with weights_only=False...\n"
+               "\tWeightsUnpickler error: Unsupported global: GLOBAL posix.mkdir\n\nCheck the "
+               "documentation.")
+    error = RunError(type="UnpicklingError", message=message, traceback="tb", ours=False)
+    rank = parse_rank(0, [error], "raised", "UnpicklingError: first line", "tb")
+    assert rank.error == ("UnpicklingError: Weights only load failed: WeightsUnpickler error: "
+                          "Unsupported global: GLOBAL posix.mkdir")
+
+
+def test_error_line_keeps_a_plain_message_and_drops_colours() -> None:
+    assert error_line(ValueError("\x1b[1;31mloss is nan\x1b[0m\nmore")) == \
+        "ValueError: loss is nan"
+    assert error_line(KeyError("epoch")) == "KeyError: 'epoch'"
+
+
+def test_a_record_that_does_not_travel_as_json_is_the_adapters_error(tmp_path: Path) -> None:
+    from trainspec.conformance.run.child import ChildContext
+    from trainspec.conformance.run.scenario import Scenario
+
+    fd = os.open(tmp_path / "events", os.O_WRONLY | os.O_CREAT)
+    try:
+        ctx = ChildContext(rank=0, world_size=1, ckpt_root=tmp_path, events_fd=fd,
+                           scenario=Scenario(name="s"))
+        with pytest.raises(AdapterError, match=r"RunContext\.record: dict is not a record"):
+            ctx.record({"ev": "val"})  # type: ignore[arg-type]
+        with pytest.raises(AdapterError, match="complex"):
+            ctx.record(TestPass(weights={"w": torch.ones(2, dtype=torch.complex64)}))
+    finally:
+        os.close(fd)

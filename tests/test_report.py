@@ -329,3 +329,90 @@ def test_evidence_and_tracebacks_read_the_same_on_any_machine(tmp_path: Path) ->
         'File "<python>/pathlib.py", line 2\n'
         f'File "trainspec{os.sep}conformance{os.sep}worker.py", line 3\n'
         "rank 1 wrote <trainspec-tmp>/runs/3-dist/last.pt")
+
+
+# ------------------------------------------------------------------ hostile text in evidence
+
+# what a trainer's exception or an adapter's environment may carry: colours (rich, loguru),
+# NUL, a lone surrogate, XML's own markup, a cursor move, a C1 control, a megabyte-long line
+HOSTILE = ("\x1b[31mloss is nan\x1b[0m NUL\x00 bell\x07 surrogate\ud800 ]]> </failure> "
+           "&amp; \x1b[2J\x9b1m CR\r" + "x" * 100_000)
+
+
+def hostile_report() -> Report:
+    report = sample_report({"RES-3": "fail", "PAT-1": "deviation", "CKPT-1": "error"})
+    clauses = []
+    for c in report.clauses:
+        if c.verdict == "pass":
+            clauses.append(c)
+            continue
+        checks = tuple(replace(k, evidence=HOSTILE, detail=f"Traceback\n{HOSTILE}")
+                       for k in c.checks)
+        clauses.append(replace(c, evidence=HOSTILE, checks=checks, note=HOSTILE,
+                               deviation_reason=HOSTILE if c.deviation_reason else None))
+    return replace(report, clauses=tuple(clauses), target=f"evil{HOSTILE[:20]}",
+                   environment={**report.environment, "framework": HOSTILE})
+
+
+def assert_inert(text: str, max_line: int | None = 5_000) -> None:
+    """No control character but newline and tab, no lone surrogate, no line past the cut
+    (XML puts an element's fields on one line: those are measured one by one)."""
+    bad = [ch for ch in text if (ord(ch) < 32 and ch not in "\n\t") or 0x7f <= ord(ch) <= 0x9f
+           or 0xD800 <= ord(ch) <= 0xDFFF]
+    assert not bad, sorted({hex(ord(ch)) for ch in bad})
+    assert max_line is None or max(len(line) for line in text.splitlines()) < max_line
+
+
+def test_junit_with_hostile_evidence_parses_and_keeps_the_words(tmp_path: Path) -> None:
+    path = tmp_path / "j.xml"
+    junit.write_junit(hostile_report(), path)
+    root = ET.parse(path).getroot()  # well-formed XML, whatever the trainer said
+    failure = root.find(".//failure")
+    assert failure is not None
+    message = failure.get("message", "")
+    assert "loss is nan" in message
+    assert "\\x00" in message
+    assert "\\ud800" in message
+    assert "]]> </failure>" in message  # markup is escaped, not stripped
+    assert len(message) < 5_000  # a megabyte-long line is cut
+    assert "characters cut" in message
+    assert_inert(path.read_text(encoding="utf-8"), max_line=None)
+
+
+@pytest.mark.parametrize("writer", ["json", "markdown", "table", "details"])
+def test_every_writer_keeps_a_trainers_control_characters_inert(tmp_path: Path,
+                                                                writer: str) -> None:
+    report = hostile_report()
+    if writer == "json":
+        json_io.write_json(report, tmp_path / "r.json")
+        text = (tmp_path / "r.json").read_text(encoding="utf-8")
+        assert json_io.read_json(tmp_path / "r.json").clause("RES-3").evidence.startswith(
+            "loss is nan NUL\\x00")
+    elif writer == "markdown":
+        tables.write_markdown(report, tmp_path / "r.md")
+        text = (tmp_path / "r.md").read_text(encoding="utf-8")
+    elif writer == "table":
+        text = tables.format_table(report, color=False)
+    else:
+        text = tables.format_details(report)
+    assert "loss is nan" in text
+    assert "\x1b" not in text  # colours are stripped, not shown
+    assert "\\x1b" not in text
+    assert_inert(text)
+
+
+def test_the_table_still_colours_its_verdicts_when_asked() -> None:
+    text = tables.format_table(hostile_report(), color=True)
+    assert "\x1b[31;1mfail" in text  # the suite's own colours, not the trainer's
+    assert "\x1b[31mloss" not in text
+
+
+def test_printable_escapes_what_it_does_not_strip() -> None:
+    from trainspec.conformance.spec.printable import printable
+
+    assert printable("\x1b[1;31mred\x1b[0m") == "red"
+    assert printable("a\x00b\x7fc\ud800d\ufffe") == "a\\x00b\\x7fc\\ud800d\\ufffe"
+    assert printable("one\r\ntwo\rthree\ttab") == "one\ntwo\\x0dthree\ttab"
+    assert printable("\x1b]0;title\x07text") == "text"
+    cut = printable("y" * 10_000 + "\nshort")
+    assert cut.endswith("(6000 characters cut)\nshort")

@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Protocol
 
 import trainspec
+from trainspec.conformance.checks.carried_out import shortfall
 from trainspec.conformance.run.adapter import Capability
+from trainspec.conformance.run.files import actionable_line
 from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.conformance.run.scenario import Scenario
-from trainspec.conformance.run.trace import Trace
+from trainspec.conformance.run.trace import RankTrace, Trace
+from trainspec.conformance.spec.printable import printable
 from trainspec.conformance.spec.results import CheckOutcome, CheckResult
 from trainspec.errors import AdapterError, HarnessError
 
@@ -56,7 +59,7 @@ class RunBroke(Exception):
     """A run ended in a way the scenario did not ask for: raised, killed, hung, lost."""
 
     def __init__(self, trace: Trace, scenario: Scenario) -> None:
-        bad = next(r for r in trace.ranks if r.status != "completed")
+        bad = _first_broken(trace)
         self.trace, self.rank = trace, bad
         self.timed_out = any(r.status == "timeout" for r in trace.ranks)
         self.ours = bad.is_ours
@@ -67,6 +70,17 @@ class RunBroke(Exception):
             if r.status != "completed" and r.detail:
                 details.append(f"--- rank {r.rank} ({r.status}) ---\n{r.detail}")
         self.detail = "\n".join(details)
+
+
+def _first_broken(trace: Trace) -> RankTrace:
+    """The rank where a run's trouble began, whose error the evidence quotes: a rank that hung
+    (the others then time out in a collective, or give up on it), else one that died or was
+    lost, else the one that raised first; a rank that ended normally only when none broke."""
+    broken = [r for r in trace.ranks if r.status != "completed"] or list(trace.ranks)
+    order = {"timeout": 0, "killed": 1, "lost": 1, "exited": 2, "raised": 3}
+    return min(broken, key=lambda r: (order.get(r.status, 4),
+                                      r.ended_at if r.ended_at is not None else float("inf"),
+                                      r.rank))
 
 
 class Runs(Protocol):
@@ -148,13 +162,36 @@ class CheckContext:
     max_examples: int = 60
     memo: dict[str, object] = field(default_factory=dict)  # chained runs shared by checks
     _cache: dict[str, Trace] = field(default_factory=dict)
+    # the runs the running check looked at, by scenario name (a rerun replaces the first):
+    # a pass needs each to show its scenario carried out (run_check)
+    judged: dict[str, tuple[Scenario, Trace]] = field(default_factory=dict)
 
     def run(self, scenario: Scenario) -> Trace:
         """The trace of one run (cached: a scenario is deterministic)."""
         key = json.dumps(scenario.to_json(), sort_keys=True)
         if key not in self._cache:
             self._cache[key] = self.runs.run(scenario)
-        return self._cache[key]
+        return self.saw(scenario, self._cache[key])
+
+    def saw(self, scenario: Scenario, trace: Trace) -> Trace:
+        """Note that the running check judges ``trace`` (a run made elsewhere, or cached)."""
+        self.judged[scenario.name] = (scenario, trace)
+        return trace
+
+    def attempted_load(self, scenario: Scenario, path: Path) -> Trace:
+        """The trace of a run starting from the checkpoint at ``path``, which must show the
+        load attempted: a rank that did not complete must have refused that file (its error
+        names it, or comes from torch.load or an unpickler), not ended before reaching it."""
+        trace = self.run(scenario)
+        for r in trace.ranks:
+            said = f"{r.error}\n{r.detail}"
+            if r.status in ("completed", "timeout", "lost") or r.is_ours:
+                continue  # judged as any run is (run_check)
+            if path.name not in said and not _LOAD_FRAMES.search(said):
+                raise CheckFailed(f"scenario {scenario.name!r}: the run {r.status} "
+                                  f"({r.error}) with no sign that it loaded {path.name}: "
+                                  "nothing shows the load was attempted", r.detail)
+        return trace
 
     def completed(self, scenario: Scenario) -> Trace:
         """The trace of a run that must end normally on every rank."""
@@ -162,6 +199,32 @@ class CheckContext:
         if not trace.completed:
             raise RunBroke(trace, scenario)
         return trace
+
+
+# where a refused load shows itself in an error or a traceback
+_LOAD_FRAMES = re.compile(r"torch/serialization\.py|weights_only|[Uu]npickl|torch\.load")
+
+
+class _Watched:
+    """The check's :class:`Runs`, noting every run it makes in the context's ``judged``."""
+
+    def __init__(self, inner: Runs, ctx: CheckContext) -> None:
+        self.inner, self.ctx = inner, ctx
+
+    @property
+    def root(self) -> Path:
+        return self.inner.root
+
+    def run(self, scenario: Scenario, *, ckpt_root: Path | None = None,
+            timeout_s: float | None = None) -> Trace:
+        return self.ctx.saw(scenario, self.inner.run(scenario, ckpt_root=ckpt_root,
+                                                     timeout_s=timeout_s))
+
+    def new_ckpt_root(self, label: str) -> Path:
+        return self.inner.new_ckpt_root(label)
+
+    def property(self, name: str, *, runner: str, max_examples: int) -> PropertyOutcome:
+        return self.inner.property(name, runner=runner, max_examples=max_examples)
 
 
 SCRATCH = "<trainspec-tmp>"  # stands for the harness's temporary folder in evidence
@@ -183,26 +246,36 @@ def portable(text: str, scratch: str) -> str:
 
 
 def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
-    """Run one check and classify how it ended."""
-    started = time.monotonic()
+    """Run one check and classify how it ended.
 
+    A pass stands only when every run the check judged shows its scenario carried out
+    (:func:`~trainspec.conformance.checks.carried_out.shortfall`); otherwise the check fails
+    with what the run lacked, times out, or errs, as the run ended.
+    """
+    started = time.monotonic()
     scratch = str(ctx.runs.root)
 
     def result(outcome: CheckOutcome, evidence: str, detail: str = "") -> CheckResult:
         return CheckResult(name=spec.name, clauses=spec.clauses, outcome=outcome,
-                           evidence=portable(evidence, scratch),
+                           evidence=printable(portable(evidence, scratch)),
                            duration_s=round(time.monotonic() - started, 3),
-                           detail=portable(detail, scratch))
+                           detail=printable(portable(detail, scratch)))
 
     missing = sorted(spec.requires - ctx.capabilities)
     if missing:
         return result("n/a", f"the target does not declare {', '.join(missing)}")
+    runs, ctx.runs, ctx.judged = ctx.runs, _Watched(ctx.runs, ctx), {}
     try:
-        evidence = spec.func(ctx)
+        try:
+            evidence = spec.func(ctx)
+        except NotApplicable as e:
+            # n/a, like a pass, rests on runs that did what they were asked ("no write to
+            # interrupt" from a run that wrote nothing because it did nothing is a failure)
+            _carried_out(spec, ctx)
+            return result("n/a", str(e))
+        _carried_out(spec, ctx)
     except CheckFailed as e:
         return result("failed", e.evidence, e.detail)
-    except NotApplicable as e:
-        return result("n/a", str(e))
     except RunBroke as e:
         if e.timed_out:
             return result("timeout", str(e), e.detail)
@@ -212,12 +285,46 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
     except PropertyTimeout as e:
         return result("timeout", str(e), e.detail)
     except (HarnessError, AdapterError) as e:
-        return result("error", f"{type(e).__name__}: {e}".splitlines()[0],
+        return result("error", f"{type(e).__name__}: {actionable_line(str(e))}",
                       traceback.format_exc())
     except Exception as e:
-        return result("error", f"internal error in {spec.name}: {type(e).__name__}: {e}",
-                      traceback.format_exc())
+        lacking = _lacking(spec, ctx)  # a check tripped over runs that hold nothing
+        if lacking is not None:
+            return result(lacking[0], lacking[1], traceback.format_exc())
+        return result("error", f"internal error in {spec.name}: {type(e).__name__}: "
+                      f"{actionable_line(str(e))}", traceback.format_exc())
+    finally:
+        ctx.runs = runs
     return result("passed", evidence)
+
+
+def _lacking(spec: CheckSpec, ctx: CheckContext) -> tuple[CheckOutcome, str] | None:
+    """How the runs judged so far fall short of their scenarios, as an outcome and evidence;
+    None when they do not."""
+    try:
+        _carried_out(spec, ctx)
+    except CheckFailed as e:
+        return "failed", e.evidence
+    except RunBroke as e:
+        return ("timeout" if e.timed_out else "error" if e.ours else "failed"), str(e)
+    return None
+
+
+def _carried_out(spec: CheckSpec, ctx: CheckContext) -> None:
+    """Refuse a pass resting on a run that did not carry its scenario out."""
+    for scenario, trace in ctx.judged.values():
+        # the rank a scenario interrupts may end in the harness's own code: that is the
+        # interruption, not a breakage
+        crashed = None if scenario.crash is None else scenario.crash.rank
+        if any(r.status in ("timeout", "lost") or (r.is_ours and r.rank != crashed)
+               for r in trace.ranks):
+            raise RunBroke(trace, scenario)
+        lacking = shortfall(scenario, trace)
+        if lacking is not None:
+            clause = spec.clauses[0]
+            raise CheckFailed(f"{clause}: scenario {scenario.name!r}: the run {lacking}; a "
+                              "pass needs evidence that it did",
+                              "\n".join(r.detail for r in trace.ranks if r.detail))
 
 
 def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: int) -> str:
@@ -232,6 +339,8 @@ def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: i
         message = f"{clause}: the property run {outcome.status}: {outcome.error}"
         if outcome.status == "timeout":
             raise PropertyTimeout(message, outcome.detail)
+        if outcome.status in ("killed", "exited"):  # the trainer's process died or quit
+            raise CheckFailed(message, outcome.detail)
         raise HarnessError(message)
     repro = reproducer(ctx.target_args, clause, dict(outcome.scenario or {}))
     raise CheckFailed(f"{outcome.evidence} [falsifying example after "

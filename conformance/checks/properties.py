@@ -22,9 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainspec.conformance.checks.base import CheckFailed
+from trainspec.conformance.checks.carried_out import shortfall
 from trainspec.conformance.checks.common import fmt_scores, label, match_decisions, same_weights
 from trainspec.conformance.run.adapter import CAPABILITIES
 from trainspec.conformance.run.memory import MemoryContext
+from trainspec.conformance.run.records import Done
 from trainspec.conformance.run.scenario import Scenario, ScoreScript
 from trainspec.conformance.run.trace import Trace, parse_rank
 from trainspec.conformance.spec.oracle import Outcome, decide
@@ -145,8 +147,13 @@ def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -
             except Exception as e:
                 raise CheckFailed(f"{spec.clause}: the run raised {type(e).__name__}: {e}") \
                     from e
-            rank = parse_rank(0, ctx.records, "completed", "", "")
-            spec.judge(scenario, Trace(scenario_name=scenario.name, ranks=(rank,)))
+            # the adapter's run returned: Done, as a child records it
+            rank = parse_rank(0, [*ctx.records, Done()], "completed", "", "")
+            trace = Trace(scenario_name=scenario.name, ranks=(rank,))
+            spec.judge(scenario, trace)
+            lacking = shortfall(scenario, trace)  # a match with nothing recorded is no match
+            if lacking is not None:
+                raise CheckFailed(f"{spec.clause}: the run {lacking}")
         except CheckFailed as e:
             # hypothesis shrinks: the last failure recorded is the minimal example
             e.evidence = _with_config(e.evidence, scenario)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from trainspec.conformance.report.output import write_text
+from trainspec.conformance.spec.printable import printable
 from trainspec.conformance.spec.results import (
     VERDICTS,
     CheckOutcome,
@@ -37,8 +38,9 @@ def to_json(report: Report) -> dict[str, Any]:
     """The report as design.md's JSON object; ``"complete": true`` is the last key."""
     return {
         "trainspec": report.trainspec,
-        "target": report.target,
-        "environment": dict(report.environment),
+        "target": printable(report.target),
+        "environment": {k: None if v is None else printable(v)
+                        for k, v in report.environment.items()},
         "conformant": report.conformant,
         "selected": list(report.selected),
         "clauses": [_clause_json(c) for c in report.clauses],
@@ -51,16 +53,16 @@ def to_json(report: Report) -> dict[str, Any]:
 def _clause_json(clause: ClauseResult) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": clause.id, "level": clause.level, "title": clause.title,
-        "verdict": clause.verdict, "evidence": clause.evidence,
+        "verdict": clause.verdict, "evidence": printable(clause.evidence),
         "checks": [{"name": c.name, "outcome": c.outcome, "duration_s": c.duration_s}
                    for c in clause.checks],
     }
     if clause.deviation_reason is not None:
-        out["deviation_reason"] = clause.deviation_reason
+        out["deviation_reason"] = printable(clause.deviation_reason)
     if clause.note:
-        out["note"] = clause.note
+        out["note"] = printable(clause.note)
     if clause.framework_source is not None:
-        out["framework_source"] = clause.framework_source
+        out["framework_source"] = printable(clause.framework_source)
     if clause.docs is not None:
         out["docs"] = clause.docs
     return out

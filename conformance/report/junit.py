@@ -8,6 +8,7 @@ from pathlib import Path
 from trainspec.conformance.report.output import write_text
 from trainspec.conformance.report.text import cited
 from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.printable import printable
 from trainspec.conformance.spec.results import ClauseResult, Report
 
 __all__ = ["write_junit"]
@@ -22,11 +23,13 @@ def write_junit(report: Report, path: str | Path) -> None:
     attrs = {"tests": str(len(report.clauses)), "failures": str(failures),
              "errors": str(errors), "skipped": str(skipped), "time": f"{report.duration_s:.3f}"}
     root = ET.Element("testsuites", attrs)
-    suite = ET.SubElement(root, "testsuite", {"name": f"trainspec:{report.target}", **attrs})
+    suite = ET.SubElement(root, "testsuite", {"name": printable(f"trainspec:{report.target}"),
+                                              **attrs})
     props = ET.SubElement(suite, "properties")
     for key, value in [("trainspec", report.trainspec), ("conformant", str(report.conformant)),
                        *sorted(report.environment.items())]:
-        ET.SubElement(props, "property", {"name": key, "value": "" if value is None else value})
+        ET.SubElement(props, "property", {"name": printable(key),
+                                          "value": "" if value is None else printable(value)})
     for clause in report.clauses:
         _junit_case(suite, clause)
     ET.indent(root)
@@ -37,12 +40,13 @@ def write_junit(report: Report, path: str | Path) -> None:
 def _junit_case(suite: ET.Element, clause: ClauseResult) -> None:
     family = registry.family_of(clause.id)
     case = ET.SubElement(suite, "testcase", {
-        "classname": f"trainspec.{family}", "name": f"{clause.id} {clause.title}",
+        "classname": f"trainspec.{family}", "name": printable(f"{clause.id} {clause.title}"),
         "time": f"{sum(c.duration_s for c in clause.checks):.3f}"})
-    detail = "\n\n".join(f"{c.name}: {c.outcome}: {c.evidence}" + (f"\n{c.detail}" if c.detail
-                                                                    else "")
-                         for c in clause.checks if c.outcome != "passed")
-    evidence = cited(clause)
+    # every text a trainer may have said is printable: XML forbids most control characters
+    detail = printable("\n\n".join(
+        f"{c.name}: {c.outcome}: {c.evidence}" + (f"\n{c.detail}" if c.detail else "")
+        for c in clause.checks if c.outcome != "passed"))
+    evidence = printable(cited(clause))
     if clause.verdict == "fail":
         ET.SubElement(case, "failure", {"message": evidence, "type": "fail"}).text = \
             detail or evidence
@@ -52,7 +56,8 @@ def _junit_case(suite: ET.Element, clause: ClauseResult) -> None:
     elif clause.verdict == "n/a":
         ET.SubElement(case, "skipped", {"message": evidence})
     elif clause.verdict == "deviation":
-        ET.SubElement(case, "skipped", {"message": f"deviation: {clause.deviation_reason}"})
+        ET.SubElement(case, "skipped",
+                      {"message": printable(f"deviation: {clause.deviation_reason}")})
         ET.SubElement(case, "system-out").text = f"observed: {evidence}"
     if clause.note:
-        ET.SubElement(case, "system-out").text = clause.note
+        ET.SubElement(case, "system-out").text = printable(clause.note)

@@ -19,7 +19,6 @@ one). Three writers, all from the same matrix (:func:`write` writes the three fi
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 from trainspec.conformance.report import json_io
 from trainspec.conformance.report.text import cited
 from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.printable import printable
 from trainspec.conformance.spec.results import VERDICTS, Report, Verdict
 from trainspec.errors import UsageError
 
@@ -57,7 +57,6 @@ VERDICT_MEANINGS: dict[Verdict, str] = {
 }
 
 _ENV_FIRST = ("python", "torch", "framework")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,8 +236,9 @@ def _verdict(matrix: ConformanceMatrix, target: str, clause_id: str) -> Verdict:
 
 
 def clean(text: str) -> str:
-    """Without control characters (terminal colors in a traceback): XML forbids most."""
-    return _CONTROL.sub("", text)
+    """Printable text (:func:`~trainspec.conformance.spec.printable.printable`): no terminal
+    colours, other control characters escaped; XML forbids most of them."""
+    return printable(text)
 
 
 # ---------------------------------------------------------------------------------- files
@@ -259,7 +259,7 @@ def write(matrix: ConformanceMatrix, out_dir: str | Path) -> list[Path]:
         path = where / name
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(texts[name], encoding="utf-8")
+            path.write_text(texts[name], encoding="utf-8", errors="backslashreplace")
         except OSError as e:
             raise UsageError(f"--out {where}: cannot write {name} ({e}). Give a writable "
                              "folder.") from None

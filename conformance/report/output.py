@@ -14,7 +14,8 @@ def write_text(path: str | Path, text: str, option: str, what: str = "report") -
     where = Path(path)
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
-        where.write_text(text, encoding="utf-8")
+        # a lone surrogate left anywhere is written as an escape, never a UnicodeEncodeError
+        where.write_text(text, encoding="utf-8", errors="backslashreplace")
     except OSError as e:
         raise UsageError(f"{option} {where}: cannot write the {what} ({e}). "
                          "Give a path in a writable folder.") from None

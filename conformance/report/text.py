@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from trainspec.conformance.report.output import write_text
 from trainspec.conformance.spec import clauses as registry
+from trainspec.conformance.spec.printable import printable
 from trainspec.conformance.spec.results import ClauseResult, Report, Verdict
 from trainspec.errors import UsageError
 
@@ -48,7 +49,7 @@ def to_markdown(report: Report, *, baseline: Comparison | None = None) -> str:
     """A header (target, verdict, counts) and one table of the selected clauses per family;
     then, with ``baseline``, what changed against it (``--baseline``)."""
     verdict = "conformant" if report.conformant else "**not conformant**"
-    lines = [f"## trainspec {report.trainspec}: `{report.target}` is {verdict}", "",
+    lines = [f"## trainspec {report.trainspec}: `{_cell(report.target)}` is {verdict}", "",
              format_summary(report), ""]
     shown = _shown(report)
     for family in registry.FAMILIES:
@@ -90,7 +91,7 @@ def append_step_summary(report: Report, target: str | Path | None, *,
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return printable(text).replace("|", "\\|").replace("\n", " ")
 
 
 # ------------------------------------------------------------------------------------ table
@@ -109,8 +110,8 @@ def format_details(report: Report) -> str:
         for c in clause.checks:
             if c.outcome == "passed" or c.name in blocks:
                 continue
-            block = f"--- {', '.join(c.clauses)} {c.name}: {c.outcome}\n{c.evidence}"
-            blocks[c.name] = block + ("\n" + c.detail.rstrip() if c.detail else "")
+            block = f"--- {', '.join(c.clauses)} {c.name}: {c.outcome}\n{printable(c.evidence)}"
+            blocks[c.name] = block + ("\n" + printable(c.detail.rstrip()) if c.detail else "")
     return "\n\n".join(blocks.values())
 
 
@@ -124,7 +125,7 @@ def format_table(report: Report, *, color: bool) -> str:
         if color:
             verdict = f"\x1b[{_COLORS[c.verdict]}m{verdict}\x1b[0m"
         lines.append(f"{c.id:<{width}}  {c.level:<6}  {verdict}  {c.title}")
-        evidence = _evidence(c)
+        evidence = printable(_evidence(c))  # a trainer's colours and controls stay inert
         if evidence:
             lines.append(f"{'':<{width}}    {evidence}")
     hidden = len(report.clauses) - len(shown)

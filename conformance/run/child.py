@@ -60,10 +60,20 @@ class ChildContext:
 
     def record(self, record: Record) -> None:
         from trainspec.conformance.run.records import to_json
+        from trainspec.errors import AdapterError
 
+        try:
+            line = json.dumps(to_json(record)) + "\n"
+        except (KeyError, TypeError, ValueError, RecursionError) as e:
+            # raised here, in the suite's file: the run's error is the adapter's, not the
+            # trainer's (an ``error`` verdict, never ``fail``)
+            raise AdapterError(
+                f"RunContext.record: {type(record).__name__} is not a record that travels as "
+                f"JSON ({type(e).__name__}: {str(e)[:200]}). Record the types of "
+                "trainspec.conformance.run.records, with tensors, numbers and strings.") from e
         # os.write on an fd opened before the run: no open() call for the audit hook to see,
         # and a line is on disk before the next statement, so a kill loses nothing recorded
-        os.write(self._fd, (json.dumps(to_json(record)) + "\n").encode())
+        os.write(self._fd, line.encode())
 
     def crash_point(self, where: CrashWhere, epoch: int) -> None:
         from trainspec.conformance.run.probe import crash_matches, interrupt
@@ -267,8 +277,10 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
     try:
         adapter.run(scenario, ctx)
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-        ctx.record(RunExit(code=code, message=str(e.code), t=time.time()))
+        # sys.exit() and sys.exit(None) mean status 0; a message means status 1 (as Python's)
+        code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+        message = "" if e.code is None or isinstance(e.code, int) else str(e.code)[:2000]
+        ctx.record(RunExit(code=code, message=message, t=time.time()))
         return code
     except BaseException as e:
         tb = traceback.extract_tb(e.__traceback__)

@@ -20,9 +20,11 @@ from typing import Any, Literal
 import torch
 
 from trainspec.conformance.run.jsonfields import FieldReader, RecordError
+from trainspec.conformance.spec.printable import strip_escapes
 
-__all__ = ["ROLES", "FileRecord", "Role", "as_int", "describe_files", "describe_seed_files",
-           "error_line", "file_entry", "file_record", "load_dict", "seed_role", "top_level"]
+__all__ = ["ROLES", "FileRecord", "Role", "actionable_line", "as_int", "describe_files",
+           "describe_seed_files", "error_line", "file_entry", "file_record", "load_dict",
+           "seed_role", "top_level"]
 
 Role = Literal["last", "best", "epoch"]
 ROLES: tuple[Role, ...] = ("last", "best", "epoch")
@@ -103,9 +105,32 @@ def as_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+# a line that says what went wrong ("Unsupported global: ...", "Trying to load unsupported
+# GLOBAL posix.mkdir"), as against the advice around it ("This file can still be loaded")
+_SAYS_WHAT = re.compile(r"\berror\s*:|unsupported|not allowed|^\w*(?:Error|Exception)\b",
+                        re.IGNORECASE)
+
+
+def actionable_line(message: str, *, max_chars: int = 300) -> str:
+    """The line of a (multi-line) error message that says what went wrong, without terminal
+    escapes: the first line, unless a later one names the error itself; then the first
+    line's first sentence leads it (torch's weights-only refusal reads "Weights only load
+    failed: Trying to load unsupported GLOBAL posix.mkdir ...", not its advice)."""
+    lines = [line.strip() for line in strip_escapes(message).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[0]
+    if len(lines) > 1 and not _SAYS_WHAT.search(line):
+        later = next((x for x in lines[1:] if _SAYS_WHAT.search(x)), None)
+        if later is not None:
+            head = line.split(". ")[0].rstrip(".:")
+            line = f"{head}: {later}" if len(head) <= 80 else later
+    return line if len(line) <= max_chars else line[: max_chars - 3] + "..."
+
+
 def error_line(e: BaseException) -> str:
-    """The exception's type and the first line of its message."""
-    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    """The exception's type and the line of its message that says what went wrong."""
+    return f"{type(e).__name__}: {actionable_line(str(e))}"
 
 
 def load_dict(path: Path) -> tuple[dict[str, Any] | None, str | None]:

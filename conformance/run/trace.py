@@ -9,6 +9,7 @@ test passes, end and writes. Checkpoint files are listed after the run and loade
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -18,9 +19,10 @@ from typing import Literal
 
 import torch
 
-from trainspec.conformance.run.files import FileRecord
+from trainspec.conformance.run.files import FileRecord, actionable_line
 from trainspec.conformance.run.records import (
     Crash,
+    Done,
     FileSnapshot,
     Record,
     RecordError,
@@ -41,6 +43,7 @@ from trainspec.conformance.run.records import (
 
 __all__ = [
     "MALFORMED",
+    "OVERFLOW",
     "RankTrace",
     "RunStatus",
     "Trace",
@@ -56,27 +59,75 @@ RunStatus = Literal["completed", "raised", "killed", "exited", "timeout", "lost"
 MALFORMED = RecordError.__name__
 
 
-def read_records(path: Path) -> list[Record]:
-    """Every record of a rank's records file, in order.
+# The judge's bound on what one rank's run may record. The reference's largest run, over the
+# whole suite, records 31 KB in 62 records, its longest one 2.5 KB (a tiny model: its state is
+# a few dozen numbers); a run past these bounds (hundreds of times more) floods, as an adapter
+# recording in a loop until its timeout does, and is read no further.
+MAX_RECORDS = 20_000
+MAX_RECORD_BYTES = 4 * 2**20  # one line
+MAX_RUN_BYTES = 32 * 2**20  # all the lines of one rank's run
+OVERFLOW = "RecordOverflow"  # the type of the RunError standing for the records not read
+
+
+def read_records(path: Path, *, max_records: int = MAX_RECORDS,
+                 max_bytes: int = MAX_RUN_BYTES,
+                 max_line_bytes: int = MAX_RECORD_BYTES) -> list[Record]:
+    """Every record of a rank's records file, in order, streamed line by line.
 
     A line that is not JSON (torn by a kill) is dropped. A line that is JSON but no record
     becomes a :class:`RunError` of type :data:`MALFORMED`, ``ours``: the judge goes on, and the
-    run's verdict names the record and the field (see :func:`parse_rank`).
+    run's verdict names the record and the field (see :func:`parse_rank`). Past
+    ``max_records`` records or ``max_bytes`` bytes, or at a line over ``max_line_bytes``,
+    reading stops with a :class:`RunError` of type :data:`OVERFLOW` naming the bound: the
+    judge's memory stays bounded whatever a run records.
     """
     records: list[Record] = []
     if not path.exists():
         return records
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        try:
-            records.append(from_json(data))
-        except RecordError as e:
-            records.append(RunError(type=MALFORMED, message=str(e), ours=True,
-                                    traceback=f"line {number} of {path.name}: {line[:500]}"))
-    return records
+    read = 0
+    with path.open("rb") as f:
+        for number in itertools.count(1):
+            raw = f.readline(max_line_bytes + 1)
+            if not raw:
+                return records
+            read += len(raw)
+            bound = _bound_passed(raw, len(records), read, max_records, max_bytes,
+                                  max_line_bytes, number)
+            if bound is not None:
+                records.append(RunError(type=OVERFLOW, message=f"{path.name}: {bound}; the "
+                                        "rest was not read", ours=True, traceback=""))
+                return records
+            record = _decode_line(raw.decode(errors="replace"), number, path.name)
+            if record is not None:
+                records.append(record)
+    return records  # pragma: no cover - itertools.count never ends
+
+
+def _bound_passed(raw: bytes, count: int, read: int, max_records: int, max_bytes: int,
+                  max_line_bytes: int, number: int) -> str | None:
+    if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+        return f"line {number} is longer than {max_line_bytes} bytes"
+    if read > max_bytes:
+        size = f"{max_bytes // 2**20} MiB" if max_bytes >= 2**20 else f"{max_bytes} bytes"
+        return f"the run recorded more than {size}"
+    if count >= max_records:
+        return f"the run recorded more than {max_records} records"
+    return None
+
+
+def _decode_line(line: str, number: int, name: str) -> Record | None:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError:
+        return None  # torn by a kill
+    except RecursionError:
+        return RunError(type=MALFORMED, message=f"record on line {number} of {name}: nested "
+                        "too deep to read", ours=True, traceback=line[:500])
+    try:
+        return from_json(data)
+    except RecordError as e:
+        return RunError(type=MALFORMED, message=str(e), ours=True,
+                        traceback=f"line {number} of {name}: {line[:500]}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,15 +263,14 @@ def parse_rank(rank: int, records: Sequence[Record], status: RunStatus, error: s
                detail: str) -> RankTrace:
     """One rank's view over its records.
 
-    A record that did not decode makes the rank ``raised`` (unless it timed out or its worker
-    was lost), with the decoding error as its error: the adapter broke its contract, and every
-    check judging this run says so rather than judging a trace with a hole in it.
+    A record that did not decode, or records past the judge's bound, make the rank ``raised``
+    (unless it timed out or its worker was lost), with that as its error: the adapter broke
+    its contract, and every check judging this run says so rather than judging a trace with a
+    hole in it. A run whose process ended with status 0 before the adapter's run returned
+    (``os._exit``, ``sys.exit(0)`` inside the trainer) is ``exited``, not ``completed``, and
+    a ``sys.exit`` keeps its message.
     """
-    malformed = next((r for r in records if isinstance(r, RunError) and r.type == MALFORMED),
-                     None)
-    if malformed is not None and status not in ("timeout", "lost"):
-        status, error = "raised", f"{MALFORMED}: {malformed.message}".splitlines()[0][:300]
-        detail = malformed.traceback
+    status, error, detail = _how_it_ended(records, status, error, detail)
     epochs: list[TrainEpoch] = []
     for r in records:
         if isinstance(r, TrainStart):
@@ -235,6 +285,40 @@ def parse_rank(rank: int, records: Sequence[Record], status: RunStatus, error: s
         tests=tuple(r for r in records if isinstance(r, TestPass)),
         end=next((r for r in reversed(records) if isinstance(r, RunEnd)), None),
         writes=tuple(r for r in records if isinstance(r, Write)))
+
+
+def _how_it_ended(records: Sequence[Record], status: RunStatus, error: str,
+                  detail: str) -> tuple[RunStatus, str, str]:
+    broken = next((r for r in records if isinstance(r, RunError)
+                   and r.type in (MALFORMED, OVERFLOW)), None)
+    if broken is not None:
+        line = f"{broken.type}: {broken.message}".splitlines()[0][:300]
+        if status == "timeout":
+            return status, f"{error}; {line}", detail
+        if status != "lost":
+            return "raised", line, broken.traceback
+        return status, error, detail
+    exits = [r for r in records if isinstance(r, RunExit)]
+    ended = any(isinstance(r, RunEnd) for r in records)
+    if status == "completed" and not ended:
+        if exits:
+            return "exited", f"{_exit_words(exits[-1])} before the run recorded its end", detail
+        if not any(isinstance(r, Done) for r in records):
+            return "exited", ("the process exited with status 0 before the adapter's run "
+                              "returned (os._exit inside the run?)"), detail
+    if status == "exited" and exits and exits[-1].message:  # a status alone says it all
+        return status, f"{_exit_words(exits[-1])}: {error}", detail
+    if status == "raised":
+        raised = [r for r in records if isinstance(r, RunError)]
+        if raised:
+            return status, f"{raised[-1].type}: {actionable_line(raised[-1].message)}"[:300], \
+                detail
+    return status, error, detail
+
+
+def _exit_words(e: RunExit) -> str:
+    said = f"sys.exit({e.message!r})" if e.message else f"sys.exit({e.code})"
+    return f"the run called {said}"
 
 
 def first_difference(expected: Mapping[str, object], observed: Mapping[str, object],
