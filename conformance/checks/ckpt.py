@@ -16,7 +16,7 @@ from trainspec.conformance.checks.chains import (
 )
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.run.files import FileRecord
-from trainspec.conformance.run.records import Write
+from trainspec.conformance.run.records import RunExit, Write
 from trainspec.conformance.run.scenario import CrashPoint
 from trainspec.conformance.run.trace import RankTrace
 
@@ -251,12 +251,15 @@ def _exit_status(r: RankTrace) -> str:
         return "exited with status 0"
     if r.status == "raised":
         return f"raised {r.error} (exit status 1)"
+    exits = [e for e in r.records if isinstance(e, RunExit)]
+    if r.status == "exited" and exits:  # sys.exit(code): the code is the status
+        return f"exited with status {exits[-1].code}"
     return r.error or r.status
 
 
 def _exits_143(r: RankTrace) -> None:
     """A preempted run exits with 143 (128 + SIGTERM): a scheduler tells it from a crash."""
-    if r.status == "exited" and r.error == "exited with status 143":
+    if r.status == "exited" and _exit_status(r) == "exited with status 143":
         return
     raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process {_exit_status(r)}, "
                       "expected 143 (128 + SIGTERM), so that a scheduler tells a preemption "
