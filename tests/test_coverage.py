@@ -115,7 +115,7 @@ def test_every_mutant_declaration_proves_sentences_its_check_covers() -> None:
 
 def test_the_generated_mutant_proofs_match_the_declarations() -> None:
     assert PROOFS_MODULE.read_text(encoding="utf-8") == render_proofs(declarations()), \
-        "conformance/spec/mutant_proofs.py is stale: run python -m tests.mutants.registry"
+        "conformance/spec/mutant_proofs.json is stale: run python -m tests.mutants.registry"
 
 
 def test_a_mutant_proving_a_sentence_its_check_does_not_cover_is_reported() -> None:

@@ -64,7 +64,7 @@ class MutantProof:
     ``expect`` in the evidence, and its flaw breaks the sentences in ``proves``.
 
     The mutants live in the tests; the spec pages and ``trainspec explain`` read these records
-    from the generated module :mod:`trainspec.conformance.spec.mutant_proofs`.
+    from the generated data that :mod:`trainspec.conformance.spec.mutant_proofs` reads.
     """
 
     mutant: str  # "<family>:<Class>"
