@@ -114,12 +114,7 @@ def _reader(name: str) -> FileContent:
 
 def snapshot(path: Path | None) -> FileSnapshot | None:
     """A checkpoint file as seen now; None when there is none, or no longer one."""
-    if path is None:
-        return None
-    try:
-        return snapshot_file(path, _reader(path.name))
-    except OSError:  # on several ranks, rank 0 may remove the file while another rank looks
-        return None
+    return None if path is None else snapshot_file(path, _reader(path.name))
 
 
 def newest(root: Path, role: Role) -> Path | None:

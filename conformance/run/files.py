@@ -23,7 +23,7 @@ from trainspec.conformance.run.jsonfields import FieldReader, RecordError
 from trainspec.conformance.spec.printable import strip_escapes
 
 __all__ = ["ROLES", "FileRecord", "Role", "actionable_line", "as_int", "describe_files",
-           "describe_seed_files", "error_line", "file_entry", "file_record", "load_dict",
+           "describe_seed_files", "error_line", "file_record", "load_dict",
            "seed_role", "top_level"]
 
 Role = Literal["last", "best", "epoch"]
@@ -149,15 +149,6 @@ def top_level(content: dict[str, Any]) -> dict[str, Any]:
     """An entry's ``keys`` and ``types``: a loaded checkpoint's top-level names and types."""
     return {"keys": sorted(str(k) for k in content),
             "types": {str(k): type(v).__name__ for k, v in content.items()}}
-
-
-def file_entry(path: Path, root: Path, role: str | None) -> dict[str, Any]:
-    """The entry of a file under ``root`` before its content is read (an adapter's
-    ``describe_checkpoints`` fills in the rest; see ``trace.FileRecord``)."""
-    stat = path.stat()
-    return {"relpath": str(path.relative_to(root)), "size": stat.st_size,
-            "mtime_ns": stat.st_mtime_ns, "role": role, "epoch": None, "step": None,
-            "keys": [], "types": {}, "error": None}
 
 
 def describe_seed_files(root: Path) -> list[FileRecord]:

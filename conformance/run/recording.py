@@ -9,6 +9,7 @@ settles after its callbacks have acted (:class:`PendingValidation`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -69,11 +70,16 @@ def seed_content(content: Mapping[str, object]
 
 
 def newest_file(root: Path, name: str) -> Path | None:
-    """The most recently modified file called ``name`` anywhere under ``root``."""
+    """The most recently modified file called ``name`` anywhere under ``root``; a file that
+    goes while the folder is listed (rank 0 replacing it as another rank looks) is skipped."""
     if not root.exists():
         return None
-    found = [p for p in root.rglob(name) if p.is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+    found: list[tuple[int, Path]] = []
+    for path in root.rglob(name):
+        with contextlib.suppress(OSError):
+            if path.is_file():
+                found.append((path.stat().st_mtime_ns, path))
+    return max(found)[1] if found else None
 
 
 def snapshot_file(path: Path | None, read: FileContent = seed_content) -> FileSnapshot | None:
@@ -84,7 +90,10 @@ def snapshot_file(path: Path | None, read: FileContent = seed_content) -> FileSn
     """
     if path is None or not path.is_file():
         return None
-    stat = path.stat()
+    try:
+        stat = path.stat()
+    except OSError:  # gone since it was found: rank 0 may replace it while another rank looks
+        return None
     content, error = load_dict(path)
     if content is None:
         return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
