@@ -1,0 +1,116 @@
+"""The adapter for skorch (``trainspec check skorch``).
+
+A ``NeuralNetClassifier`` with skorch's own callbacks: ``EpochScoring`` for the score,
+``Checkpoint`` for the best, last and periodic checkpoints, ``LoadInitState`` to resume,
+``EarlyStopping`` and ``LRScheduler``: configured as skorch's docs tell a user to, never bent to
+pass a check. How and why: ``docs/frameworks/skorch.md``. skorch is imported inside the
+functions only: importing this module never imports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainspec.adapters.skorch_files import describe_skorch_files
+from trainspec.adapters.skorch_run import REMEDIES, SkorchRun
+from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.files import FileRecord
+from trainspec.conformance.run.scenario import Scenario
+from trainspec.errors import AdapterError
+
+__all__ = ["REMEDIES", "SkorchAdapter"]
+
+# Where in skorch 1.4 the behaviour behind each failing clause comes from (read in the installed
+# sources; paths relative to site-packages)
+_BEST = ("skorch/callbacks/scoring.py, ScoringBase._is_best_score: current_score > best_score_ "
+         "(< when lower_is_better), with no finiteness check: +inf (maximizing) or -inf "
+         "(minimizing) is recorded as score_best=True, becomes best_score_, and the best "
+         "Checkpoint (monitor='score_best') saves it")
+_NO_BEST = ("skorch keeps no best weights in memory: EpochScoring records only the score_best "
+            "flag in the history, and the weights are kept only in Checkpoint's files "
+            "(skorch/callbacks/training.py, Checkpoint.save_model), so with ckpt.enable=false "
+            "there is no best model")
+_STOP = ("skorch/callbacks/training.py, EarlyStopping._is_score_improved: score > "
+         "dynamic_threshold_ (< when lower_is_better) holds for +inf (maximizing) or -inf "
+         "(minimizing): an infinite score resets misses_ and becomes the threshold")
+_EXTRA_EPOCHS = ("skorch/net.py, NeuralNet.fit_loop: a fit runs max_epochs more epochs "
+                 "whatever the history LoadInitState loaded holds")
+_SCHEDULER = ("skorch/callbacks/lr_scheduler.py, LRScheduler.on_train_begin and "
+              "_get_scheduler: the scheduler is built anew at every fit with last_epoch = "
+              "len(net.history) - 1, an epoch count even with step_every='batch'; "
+              "Checkpoint.save_model saves no scheduler state")
+_SOURCES = {
+    "BEST-1": f"{_BEST}; {_NO_BEST}",
+    "NAN-1": _BEST,
+    "NAN-2": _BEST,
+    "NAN-3": _STOP,
+    "PAT-5": f"{_BEST}; {_STOP}",
+    "RES-2": _SCHEDULER,
+    "RES-3": "skorch/callbacks/training.py, EarlyStopping.on_train_begin: resets misses_ and "
+             "dynamic_threshold_ at every fit, and Checkpoint.save_model saves no callback "
+             f"state, so patience starts afresh on a resume; {_EXTRA_EPOCHS}",
+    "RES-5": "skorch/net.py, NeuralNet.load_params: hands the saved optimizer state to "
+             "optimizer_.load_state_dict as it is, with no check that it is the optimizer the "
+             "checkpoint was written with (torch then fails in SGD.step, KeyError: 'momentum'), "
+             "naming neither the item nor a finetune as the way out; an extra LRScheduler goes "
+             "unnoticed (Checkpoint saves no scheduler)",
+    "CKPT-1": "skorch/callbacks/training.py, Checkpoint.save_model: writes the module "
+              "(f_params), optimizer, criterion and history only: no LR scheduler state, no "
+              "run id, no config",
+    "CKPT-2": "skorch/net.py, NeuralNet.save_params: torch.save(state_dict, f_name) straight "
+              "to the checkpoint's own path (called by Checkpoint._save_params), overwriting "
+              "the previous file in place: a kill during the write leaves it truncated",
+    "CKPT-4": "skorch/callbacks/training.py, LoadInitState.on_train_begin: calls "
+              "net.load_params(checkpoint=...) under suppress(FileNotFoundError), so a missing "
+              "checkpoint starts training afresh without an error (by design: the first run "
+              "of a script has no files yet)",
+}
+
+
+class SkorchAdapter:
+    """Runs scenarios through a skorch ``NeuralNetClassifier`` on one CPU process.
+
+    ``remedies`` names documented non-default skorch switches to turn on (see ``REMEDIES``);
+    none by default, which is how the matrix judges skorch.
+    """
+
+    name = "skorch"
+
+    def __init__(self, *remedies: str) -> None:
+        unknown = sorted(set(remedies) - set(REMEDIES))
+        if unknown:
+            raise AdapterError(f"SkorchAdapter: unknown remedies {unknown}; known: "
+                               f"{', '.join(sorted(REMEDIES)) or 'none'}")
+        self.remedies = frozenset(remedies)
+
+    def capabilities(self) -> frozenset[Capability]:
+        # not declared (docs/frameworks/skorch.md says more): val_first (skorch validates
+        # inside each epoch of fit_loop only), eval_only (needs val_first; a fit of 0 epochs
+        # validates nothing), val_every_n (every epoch of fit_loop validates when a
+        # train_split is set; no option validates less often), start_patience (EarlyStopping
+        # has no such option), debug (skorch has no debug mode), grad_accum (skorch has no
+        # option for it, says its FAQ; the accelerate route is AccelerateMixin, below),
+        # multi_rank (skorch's only multi-process route, AccelerateMixin, fails on several
+        # CPU processes: it prepares the parameterless criterion, which accelerate's
+        # MULTI_CPU prepare_model wraps in DistributedDataParallel, which refuses it)
+        return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "test_pass"})
+
+    def environment(self) -> dict[str, str | None]:
+        import skorch  # type: ignore[import-untyped]
+
+        return {"framework": f"skorch {skorch.__version__}"}
+
+    def framework_sources(self) -> dict[str, str]:
+        """Where in skorch 1.4 the behaviour behind each failing clause comes from (read in the
+        installed sources; paths relative to site-packages)."""
+        return dict(_SOURCES)
+
+    def describe_checkpoints(self, root: Path) -> list[FileRecord]:
+        """Every file under ``root``, and each checkpoint as one record: the folders ``last``
+        and ``best`` (a Checkpoint's params.pt, optimizer.pt, criterion.pt and history.json)
+        and every periodic ``epochs/params_<e>.pt``. ``epoch`` (zero-based) and ``step`` (the
+        training batches) come from the history saved with it."""
+        return describe_skorch_files(root)
+
+    def run(self, scenario: Scenario, ctx: RunContext) -> None:
+        SkorchRun(scenario, ctx, self.remedies).run()
