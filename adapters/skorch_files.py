@@ -24,7 +24,7 @@ from trainspec.conformance.run.records import FileSnapshot, Weights
 from trainspec.conformance.run.task import plain_weights
 
 __all__ = ["BEST_DIR", "LAST_DIR", "PERIODIC_DIR", "PERIODIC_FILES", "describe_skorch_files",
-           "file_role", "history_steps", "params_file", "progress", "snapshot"]
+           "file_role", "history_steps", "params_file", "progress", "seen_as", "snapshot"]
 
 BEST_DIR, LAST_DIR, PERIODIC_DIR = "best", "last", "epochs"
 # Checkpoint's f_* defaults, and the periodic Checkpoint's names (skorch formats
@@ -84,11 +84,56 @@ def _history(path: Path) -> tuple[list[object] | None, str | None]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Read:
-    """One checkpoint's files as read: where, what they say, and what went wrong."""
+class _Files:
+    """Where one checkpoint's files are: a folder's, or a periodic checkpoint's (``upto``: its
+    1-based epoch, the last the history it shares says of it)."""
 
-    files: list[Path]  # every file the checkpoint consists of
-    own: list[Path]  # those it does not share with other checkpoints (its identity)
+    params: Path
+    optimizer: Path
+    criterion: Path
+    history: Path
+    upto: int | None = None
+
+    @classmethod
+    def of(cls, path: Path) -> _Files:
+        """The checkpoint at ``path``: a checkpoint folder, or a periodic ``params_<e>.pt``."""
+        periodic = _PERIODIC.match(path.name)
+        if periodic is None:
+            return cls(params=path / PARAMS, optimizer=path / OPTIMIZER,
+                       criterion=path / CRITERION, history=path / HISTORY)
+        e, folder = periodic.group(1), path.parent
+        return cls(params=path, optimizer=folder / f"optimizer_{e}.pt",
+                   criterion=folder / f"criterion_{e}.pt", history=folder / HISTORY,
+                   upto=int(e))
+
+    def present(self) -> list[Path]:
+        """Every file the checkpoint consists of, as it stands."""
+        return [p for p in (self.params, self.optimizer, self.criterion, self.history)
+                if p.is_file()]
+
+    def identity(self) -> tuple[int, int]:
+        """(mtime_ns, size) of the checkpoint: its newest file, and its files together; a
+        periodic checkpoint's own files only (the history.json it shares changes at every
+        save)."""
+        own = [p for p in self.present() if self.upto is None or p != self.history]
+        stats = [p.stat() for p in own]
+        return max((s.st_mtime_ns for s in stats), default=0), sum(s.st_size for s in stats)
+
+    def progress(self) -> tuple[int | None, int | None, str | None]:
+        """(epoch, step, why not) from the history."""
+        if not self.history.is_file():
+            return None, None, f"no {self.history.name}"
+        rows, error = _history(self.history)
+        if rows is None:
+            return None, None, error
+        epoch, step = progress(rows, self.upto)
+        return epoch, step, None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Read:
+    """One checkpoint's files as read: what they say, and what went wrong."""
+
     epoch: int | None = None
     step: int | None = None
     weights: Weights | None = None
@@ -97,24 +142,20 @@ class _Read:
     problems: tuple[str, ...] = ()
 
 
-def _read(params: Path, optimizer: Path, criterion: Path, history: Path,
-          upto: int | None = None) -> _Read:
+def _read(files: _Files) -> _Read:
     """A checkpoint's files: the history (epoch, step), the module's weights, the optimizer
     and criterion states, each loaded weights-only."""
-    files = [p for p in (params, optimizer, criterion, history) if p.is_file()]
     types: dict[str, str] = {}
     problems: list[str] = []
-    epoch = step = None
-    rows, error = _history(history) if history.is_file() else (None, f"no {history.name}")
-    if rows is None:
-        problems.append(str(error))
+    epoch, step, error = files.progress()
+    if error is not None:
+        problems.append(error)
     else:
-        epoch, step = progress(rows, upto)
-        types[history.name] = "json"
+        types[files.history.name] = "json"
     weights = None
-    for path in (params, optimizer, criterion):
+    for path in (files.params, files.optimizer, files.criterion):
         if not path.is_file():
-            if path is params:
+            if path == files.params:
                 problems.append(f"no {path.name}")
             continue
         content, error = load_dict(path)
@@ -122,33 +163,13 @@ def _read(params: Path, optimizer: Path, criterion: Path, history: Path,
             problems.append(f"{path.name}: {error}")
             continue
         types[path.name] = type(content).__name__
-        if path is params:
+        if path == files.params:
             weights = plain_weights(content)
     present = {"epoch": epoch is not None, "step": step is not None,
-               "model": weights is not None, "optimizer": optimizer.name in types}
-    own = [p for p in files if upto is None or p != history]
-    return _Read(files=files, own=own, epoch=epoch, step=step, weights=weights, types=types,
+               "model": weights is not None, "optimizer": files.optimizer.name in types}
+    return _Read(epoch=epoch, step=step, weights=weights, types=types,
                  holds=tuple(name for name, held in present.items() if held),
                  problems=tuple(problems))
-
-
-def _read_path(path: Path) -> _Read:
-    """The checkpoint at ``path``: a checkpoint folder, or a periodic ``params_<e>.pt``."""
-    periodic = _PERIODIC.match(path.name)
-    if periodic is None:
-        return _read(path / PARAMS, path / OPTIMIZER, path / CRITERION, path / HISTORY)
-    e = periodic.group(1)
-    folder = path.parent
-    return _read(path, folder / f"optimizer_{e}.pt", folder / f"criterion_{e}.pt",
-                 folder / HISTORY, upto=int(e))
-
-
-def _identity(path: Path, files: list[Path]) -> tuple[int, int]:
-    """(mtime_ns, size) of a checkpoint: its newest file, and all its files together (a
-    periodic checkpoint's own files: the history.json it shares changes at every save)."""
-    stats = [p.stat() for p in files]
-    mtime = max([s.st_mtime_ns for s in stats], default=path.stat().st_mtime_ns)
-    return mtime, sum(s.st_size for s in stats)
 
 
 def _is_checkpoint(path: Path) -> bool:
@@ -158,12 +179,13 @@ def _is_checkpoint(path: Path) -> bool:
 
 
 def _record(path: Path, root: Path, role: Role) -> FileRecord:
-    read = _read_path(path)
-    mtime, size = _identity(path, read.own)
+    files = _Files.of(path)
+    read, (mtime, size) = _read(files), files.identity()
     return FileRecord(relpath=path.relative_to(root).as_posix(), size=size, mtime_ns=mtime,
                       role=role, epoch=read.epoch, step=read.step,
-                      keys=tuple(sorted(p.name for p in read.files)), types=read.types or {},
-                      error="; ".join(read.problems) or None, holds=read.holds)
+                      keys=tuple(sorted(p.name for p in files.present())),
+                      types=read.types or {}, error="; ".join(read.problems) or None,
+                      holds=read.holds)
 
 
 def describe_skorch_files(root: Path) -> list[FileRecord]:
@@ -194,8 +216,8 @@ def snapshot(path: Path | None) -> FileSnapshot | None:
     try:
         if path is None or not _is_checkpoint(path):
             return None
-        read = _read_path(path)
-        mtime, size = _identity(path, read.own)
+        files = _Files.of(path)
+        read, (mtime, size) = _read(files), files.identity()
     except OSError:  # gone while it was read
         return None
     seen = FileSnapshot(path=str(path), mtime_ns=mtime, size=size, epoch=read.epoch,
@@ -203,3 +225,17 @@ def snapshot(path: Path | None) -> FileSnapshot | None:
     if read.problems:
         return replace(seen, error="; ".join(read.problems))
     return replace(seen, weights=read.weights)
+
+
+def seen_as(path: Path) -> tuple[int, int, int | None, int | None] | None:
+    """What tells one state of a checkpoint from another without loading its tensors: its
+    identity, and the epoch and step its history records (a Checkpoint saves once an epoch);
+    None when there is no checkpoint."""
+    try:
+        if not _is_checkpoint(path):
+            return None
+        files = _Files.of(path)
+        epoch, step, _ = files.progress()
+        return (*files.identity(), epoch, step)
+    except OSError:
+        return None

@@ -22,6 +22,7 @@ from trainspec.adapters.skorch_files import (
     PERIODIC_FILES,
     history_steps,
     params_file,
+    seen_as,
     snapshot,
 )
 from trainspec.conformance.run.adapter import RunContext
@@ -135,6 +136,7 @@ class SkorchRun:
         self.scenario, self.ctx, self.remedies = scenario, ctx, remedies
         self.get, self.task = scenario.get, scenario.task
         self.best_cp: Any = None
+        self.best_seen: tuple[object, FileSnapshot | None] | None = None
         self.lr_callbacks: list[Any] = []
         self.pending: tuple[int, float, bool, Weights] | None = None  # the validation held
         self.steps = self.start_steps = self.batches = 0  # optimizer steps, by a hook
@@ -297,11 +299,11 @@ class SkorchRun:
         self.lens["train"] = len(net.get_iterator(dataset_train, training=True))
         self.lens["val"] = 0 if dataset_valid is None else len(net.get_iterator(dataset_valid))
         schedulers = [cb.lr_scheduler_ for cb in self.lr_callbacks]
-        last = snapshot(self.ctx.ckpt_root / LAST_DIR) if self.get("ckpt.enable") else None
+        last = seen_as(self.ctx.ckpt_root / LAST_DIR) if self.get("ckpt.enable") else None
         self.ctx.record(TrainStart(
             epoch=epoch, train_step=history_steps(_rows(net)[:-1]),
             state=trainer_state(net.module_, net.optimizer_, schedulers),
-            last_file_epoch=None if last is None else last.epoch,
+            last_file_epoch=None if last is None else last[2],
             best_file=self.best_snapshot()))
 
     def train_end(self, net: Any) -> bool:
@@ -347,7 +349,14 @@ class SkorchRun:
         return path if self.best_cp is not None and (path / "params.pt").is_file() else None
 
     def best_snapshot(self) -> FileSnapshot | None:
-        return snapshot(self.best_path())
+        """The best checkpoint as seen now, read again only when it changed."""
+        path = self.best_path()
+        seen = None if path is None else seen_as(path)
+        if seen is None:
+            return None
+        if self.best_seen is None or self.best_seen[0] != seen:
+            self.best_seen = (seen, snapshot(path))
+        return self.best_seen[1]
 
     def test(self, net: Any, x_test: torch.Tensor) -> None:
         """The test pass: the best checkpoint loaded as skorch's docs load one to predict
