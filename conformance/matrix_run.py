@@ -24,6 +24,7 @@ FRAMEWORK_MODULES: dict[str, tuple[tuple[str, ...], str]] = {
     "hf": (("transformers", "accelerate"), "hf"),
     "ignite": (("ignite",), "ignite"),
     "keras": (("keras",), "keras"),
+    "poutyne": (("poutyne", "pandas"), "poutyne"),  # ModelBundle needs pandas
 }
 
 

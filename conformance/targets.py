@@ -54,6 +54,7 @@ BUILTIN_TARGETS: dict[str, Target] = {
     "hf": Target(label="hf", factory="trainspec.adapters.hf:HFTrainerAdapter"),
     "ignite": Target(label="ignite", factory="trainspec.adapters.ignite:IgniteAdapter"),
     "keras": Target(label="keras", factory="trainspec.adapters.keras:KerasAdapter"),
+    "poutyne": Target(label="poutyne", factory="trainspec.adapters.poutyne:PoutyneAdapter"),
 }
 
 

@@ -34,7 +34,8 @@ EXTRA = {"reference/example.py": {"torchmetrics"}, "adapters/base_trainer.py": {
          "adapters/hf.py": {"transformers"}, "adapters/hf_run.py": {"transformers"},
          "adapters/hf_files.py": {"transformers", "safetensors"},
          "adapters/hf_task.py": {"torchmetrics"},
-         "adapters/keras_run.py": {"keras"}, "adapters/keras_files.py": {"h5py"}}
+         "adapters/keras_run.py": {"keras"}, "adapters/keras_files.py": {"h5py"},
+         "adapters/poutyne_run.py": {"poutyne"}}
 # optional everywhere, imported inside a function only: numpy's RNG is saved when numpy exists
 OPTIONAL = frozenset({"numpy"})
 
