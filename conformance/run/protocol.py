@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from trainspec.conformance.run.adapter import CAPABILITIES, Capability
+from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.errors import AdapterError, HarnessError
 
 __all__ = [
@@ -75,6 +76,11 @@ def _strs(data: Mapping[str, object], key: str) -> tuple[str, ...]:
 def _object(data: Mapping[str, object], key: str) -> JSON:
     value = data.get(key, {})
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _objects(data: Mapping[str, object], key: str) -> list[JSON]:
+    value = data.get(key, [])
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 # ---------------------------------------------------------------------------------- requests
@@ -218,11 +224,15 @@ class Description:
     capabilities: frozenset[Capability]
     environment: Mapping[str, str | None]  # names to version strings, as reports hold
     sources: Mapping[str, str] = field(default_factory=dict)  # clause ID -> source pointer
+    root_causes: tuple[RootCause, ...] = ()
+    remedies: tuple[Remedy, ...] = ()
 
     def to_json(self) -> JSON:
         return {"reply": "description", "name": self.name,
                 "capabilities": sorted(self.capabilities),
-                "environment": dict(self.environment), "sources": dict(self.sources)}
+                "environment": dict(self.environment), "sources": dict(self.sources),
+                "root_causes": [c.to_json() for c in self.root_causes],
+                "remedies": [r.to_json() for r in self.remedies]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Description:
@@ -232,7 +242,10 @@ class Description:
                    capabilities=frozenset(c for c in CAPABILITIES
                                           if c in _strs(data, "capabilities")),
                    environment=environment,
-                   sources={k: str(v) for k, v in _object(data, "sources").items()})
+                   sources={k: str(v) for k, v in _object(data, "sources").items()},
+                   root_causes=tuple(RootCause.from_json(c) for c in _objects(data,
+                                                                              "root_causes")),
+                   remedies=tuple(Remedy.from_json(r) for r in _objects(data, "remedies")))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
