@@ -64,8 +64,7 @@ def _int(data: Mapping[str, object], key: str) -> int | None:
 
 def _float(data: Mapping[str, object], key: str) -> float | None:
     value = data.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        else None
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else value
 
 
 def _strs(data: Mapping[str, object], key: str) -> tuple[str, ...]:
@@ -77,10 +76,6 @@ def _object(data: Mapping[str, object], key: str) -> JSON:
     value = data.get(key, {})
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
 
-
-def _objects(data: Mapping[str, object], key: str) -> list[JSON]:
-    value = data.get(key, [])
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 # ---------------------------------------------------------------------------------- requests
@@ -238,14 +233,14 @@ class Description:
     def from_json(cls, data: Mapping[str, object]) -> Description:
         environment = {k: (v if v is None else str(v))
                        for k, v in _object(data, "environment").items()}
+        causes, remedies = data.get("root_causes"), data.get("remedies")
         return cls(name=_str(data, "name"),
                    capabilities=frozenset(c for c in CAPABILITIES
                                           if c in _strs(data, "capabilities")),
                    environment=environment,
                    sources={k: str(v) for k, v in _object(data, "sources").items()},
-                   root_causes=tuple(RootCause.from_json(c) for c in _objects(data,
-                                                                              "root_causes")),
-                   remedies=tuple(Remedy.from_json(r) for r in _objects(data, "remedies")))
+                   root_causes=tuple(map(RootCause.from_json, causes or ())),  # type: ignore[call-overload]
+                   remedies=tuple(map(Remedy.from_json, remedies or ())))  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
