@@ -133,7 +133,7 @@ def test_config_keys_map_onto_training_arguments(cfg: dict[str, Any],
     args = training_arguments(s, tmp_path)
     assert {k: args[k] for k in expected} == expected
     fixed = {"eval_strategy": "epoch", "metric_for_best_model": "score",
-             "restore_callback_states_from_checkpoint": True, "output_dir": str(tmp_path),
+             "restore_callback_states_from_checkpoint": False, "output_dir": str(tmp_path),
              "num_train_epochs": 2, "report_to": "none", "use_cpu": True,
              "label_names": ["labels", "tally"], "per_device_eval_batch_size": 4}
     assert {k: args[k] for k in fixed} == fixed
