@@ -102,7 +102,7 @@ def test_matrix_json_reads_back_with_the_spec_pages_reader(tmp_path: Path) -> No
 def test_matrix_json_keeps_its_shape_and_round_trips(tmp_path: Path) -> None:
     matrices.write(_matrix(), tmp_path)
     data = json.loads((tmp_path / "matrix.json").read_text(encoding="utf-8"))
-    assert list(data) == ["trainspec", "targets", "not_installed", "complete"]
+    assert list(data) == ["trainspec", "targets", "not_installed", "remedy_runs", "complete"]
     again = matrices.from_json(data)
     assert again.targets == ("reference", "lightning")
     assert again.reports["lightning"].clause("RES-3").evidence == EVIL
