@@ -12,18 +12,21 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
+from trainspec.adapters import poutyne_causes
 from trainspec.adapters.poutyne_files import describe_poutyne_files
 from trainspec.adapters.poutyne_run import PoutyneRun, poutyne_module
 from trainspec.conformance.run.adapter import Capability, RunContext
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.errors import AdapterError
 
 __all__ = ["REMEDIES", "PoutyneAdapter"]
 
-# documented non-default Poutyne switches a run can turn on by name (PoutyneAdapter(*names)):
-# name -> what it changes
-REMEDIES: dict[str, str] = {}
+# documented non-default Poutyne switches that should make failing clauses pass: none found
+# (docs/frameworks/poutyne.md says why for each failing clause); PoutyneAdapter(*names) refuses
+# every name
+REMEDIES: tuple[Remedy, ...] = ()
 
 # Where in Poutyne 1.19 the behaviour behind each failing clause comes from (read in the
 # installed sources; paths relative to site-packages)
@@ -70,6 +73,8 @@ _SOURCES: dict[str, str] = {
              f"best (\"Allow instances to be re-used\"), and {_BUNDLE}._train checkpoints no "
              "callback state but the LR schedulers' (best tracking alone is restored, from "
              "log.tsv)",
+    "RES-4": f"{_LR_BEHIND} (without an LR schedule the resume is bitwise exact: "
+             "RandomStatesCheckpoint restores python's, numpy's and torch's generators)",
     "RES-5": f"{_BUNDLE}._load_epoch_state: Model.load_optimizer_state hands the saved state "
              "to the run's optimizer whatever its class (torch's Optimizer.load_state_dict "
              "checks the group and parameter counts only), and a missing lr_sched_<i>.lrsched "
@@ -81,6 +86,9 @@ _SOURCES: dict[str, str] = {
               "callbacks/periodic.py, PeriodicSaveCallback.on_epoch_end saves when "
               "epoch_number % period == 0, with one-based epochs (after epochs n-1, 2n-1, ...)",
     "CKPT-3": _FULL_UNPICKLE,
+    "CKPT-5": f"{_FW}/model.py, Model.fit_generator (and {_BUNDLE}._train) installs no "
+              "signal handler: SIGTERM's default action ends the process mid-epoch, and "
+              "ModelBundle writes its checkpoints only in the callbacks' on_epoch_end",
     "CKPT-4": f"{_BUNDLE}._load_epoch_state: resumes only when last.epoch exists in the "
               "bundle's directory, and otherwise starts at epoch 1 without an error (a missing "
               "checkpoint.ckpt, .optim or .randomstate only warns); a truncated file raises "
@@ -94,12 +102,13 @@ class PoutyneAdapter:
     name = "poutyne"
 
     def __init__(self, *remedies: str) -> None:
-        unknown = sorted(set(remedies) - set(REMEDIES))
+        known = {r.name for r in REMEDIES}
+        unknown = sorted(set(remedies) - known)
         if unknown:
-            known = ", ".join(sorted(REMEDIES)) or "none"
-            raise AdapterError(f"PoutyneAdapter: unknown remedy {', '.join(map(repr, unknown))}"
-                               f" (known: {known})")
-        self.remedies = tuple(dict.fromkeys(remedies))
+            raise AdapterError(f"poutyne adapter: unknown remedies {unknown}; expected some of "
+                               f"{sorted(known)} (Poutyne has no documented switch known to "
+                               "fix a failing clause)")
+        self.applied = frozenset(remedies)
 
     def capabilities(self) -> frozenset[Capability]:
         # not declared: multi_rank (Poutyne has no distributed training: Model runs one
@@ -110,6 +119,12 @@ class PoutyneAdapter:
         # steps_per_epoch shortens the training epoch only)
         return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "test_pass",
                           "grad_accum"})
+
+    def remedies(self) -> tuple[Remedy, ...]:
+        return REMEDIES
+
+    def root_causes(self) -> tuple[RootCause, ...]:
+        return poutyne_causes.ROOT_CAUSES
 
     def environment(self) -> dict[str, str | None]:
         # pandas reads ModelBundle's log.tsv, where the best epoch is looked up

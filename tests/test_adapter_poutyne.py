@@ -81,10 +81,18 @@ def test_importing_the_adapter_does_not_import_poutyne() -> None:
 
 
 def test_unknown_remedies_are_refused() -> None:
-    assert REMEDIES == {}  # no documented non-default switch makes a failing clause pass
-    assert PoutyneAdapter().remedies == ()
-    with pytest.raises(AdapterError, match="unknown remedy 'keep_only_last_best'"):
+    adapter = PoutyneAdapter()
+    assert adapter.remedies() == REMEDIES == ()  # no documented switch known to fix a fail
+    assert adapter.applied == frozenset()
+    with pytest.raises(AdapterError, match="unknown remedies \\['keep_only_last_best'\\]"):
         PoutyneAdapter("keep_only_last_best")
+
+
+def test_every_failing_clause_with_a_source_has_a_root_cause() -> None:
+    adapter = PoutyneAdapter()
+    caused = {c for cause in adapter.root_causes() for c in cause.clauses}
+    assert set(adapter.framework_sources()) == caused
+    assert all(cause.source.startswith("poutyne/") for cause in adapter.root_causes())
 
 
 def test_file_names_are_modelbundles_own() -> None:
