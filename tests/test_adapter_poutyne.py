@@ -183,3 +183,15 @@ def test_a_resume_continues_the_bundle_a_finetune_loads_its_weights(tmp_path: Pa
     saved = torch.load(bundle / MODEL_FILE, weights_only=True)
     assert first.epoch == 0
     assert all(torch.equal(first.state.weights[k], saved[k]) for k in saved)
+
+
+@POUTYNE_WARNINGS
+def test_two_runs_of_one_scenario_end_with_the_same_weights(tmp_path: Path) -> None:
+    s = make_scenario("twice", [0.3, 0.8], cfg={"ckpt.enable": False, "test.enable": False})
+    ends = []
+    for run in ("a", "b"):
+        ctx = MemoryContext(tmp_path / run)
+        PoutyneAdapter().run(s, ctx)
+        ends.append(next(r for r in ctx.records if isinstance(r, RunEnd)).final_weights)
+    assert ends[0].keys() == ends[1].keys()
+    assert all(torch.equal(ends[0][k], ends[1][k]) for k in ends[0])
