@@ -56,6 +56,9 @@ class BaseTrainerAdapter:
         return CAPABILITIES
 
     def environment(self) -> dict[str, str | None]:
+        # the class is imported and its shape checked here, when the worker describes the
+        # adapter: a wrong --base-trainer is a usage error before any check, never a verdict
+        self.trainer_class  # noqa: B018
         return {"framework": None, "trainer": self.trainer_ref}
 
     def build_config(self, scenario: Scenario, ctx: RunContext) -> Any:

@@ -11,25 +11,59 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainspec.adapters import hf_files
+from trainspec.adapters import hf_causes, hf_files
 from trainspec.adapters.hf_run import Run, offline, training_arguments
 from trainspec.conformance.run.adapter import Capability, RunContext
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.spec.causes import Remedy, RootCause
+from trainspec.errors import AdapterError
 
-__all__ = ["HFTrainerAdapter", "training_arguments"]
+__all__ = ["REMEDIES", "HFTrainerAdapter", "training_arguments"]
+
+
+# documented TrainingArguments switches, off by default, that should fix failing clauses;
+# `trainspec check hf --remedies NAME` runs with one on (the matrix verifies each)
+REMEDIES = (
+    Remedy(name="restore_callback_states",
+           setting="TrainingArguments(restore_callback_states_from_checkpoint=True)",
+           clauses=("RES-3",),
+           docs="transformers/training_args.py, TrainingArguments."
+                "restore_callback_states_from_checkpoint: \"Whether to restore the callback "
+                "states from the checkpoint\" (EarlyStoppingCallback's patience counter "
+                "among them)"),
+    Remedy(name="jit_checkpoint", setting="TrainingArguments(enable_jit_checkpoint=True)",
+           clauses=("CKPT-5",),
+           docs="transformers/training_args.py, TrainingArguments.enable_jit_checkpoint: "
+                "\"Enable JIT checkpointing on SIGTERM signal for graceful termination on "
+                "preemptible workloads\""),
+)
 
 
 class HFTrainerAdapter:
-    """Runs scenarios through ``transformers.Trainer`` on the CPU, on one rank or several."""
+    """Runs scenarios through ``transformers.Trainer`` on the CPU, on one rank or several, at
+    the Trainer's defaults but for the remedies named (:data:`REMEDIES`)."""
 
     name = "hf"
+
+    def __init__(self, *remedies: str) -> None:
+        known = {r.name for r in REMEDIES}
+        unknown = sorted(set(remedies) - known)
+        if unknown:
+            raise AdapterError(f"hf adapter: unknown remedies {unknown}; expected some of "
+                               f"{sorted(known)}")
+        self.applied = frozenset(remedies)
 
     def capabilities(self) -> frozenset[Capability]:
         # not declared: val_every_n, start_patience, debug (see docs/frameworks/hf.md)
         return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "val_first",
-                          "test_pass", "grad_accum", "rng_state", "eval_only", "sigterm",
-                          "multi_rank"})
+                          "test_pass", "grad_accum", "eval_only", "multi_rank"})
+
+    def remedies(self) -> tuple[Remedy, ...]:
+        return REMEDIES
+
+    def root_causes(self) -> tuple[RootCause, ...]:
+        return hf_causes.ROOT_CAUSES
 
     def framework_sources(self) -> dict[str, str]:
         """Where in transformers 5.24 the behaviour behind each failing clause comes from (read
@@ -60,7 +94,7 @@ class HFTrainerAdapter:
         return hf_files.describe(root)
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
-        Run(scenario, ctx).run()
+        Run(scenario, ctx, self.applied).run()
 
 
 def _decision_sources() -> dict[str, str]:
@@ -122,11 +156,15 @@ def _run_sources() -> dict[str, str]:
         "CKPT-4": "transformers/trainer.py, Trainer._load_from_checkpoint: "
                   "safetensors.torch.load_file(safe_weights_file) on a damaged file raises "
                   "safetensors' own error, which does not name the checkpoint",
-        "CKPT-5": "transformers/trainer_jit_checkpoint.py, CheckpointManager: SIGTERM arms a "
-                  "timer of kill_wait=3 s (not a TrainingArguments field); only then does "
-                  "JITCheckpointCallback save at the next step or epoch boundary and stop, "
-                  "and on_train_end restores the old handler: a run that ends within 3 s "
-                  "of SIGTERM goes on to the end",
+        "CKPT-5": "transformers/trainer.py: at its defaults (enable_jit_checkpoint=False) the "
+                  "Trainer installs no SIGTERM handler, so SIGTERM ends the process where it "
+                  "is; transformers/trainer_jit_checkpoint.py, CheckpointManager: with "
+                  "enable_jit_checkpoint=True, SIGTERM arms a timer of kill_wait=3 s (not a "
+                  "TrainingArguments field); only then does JITCheckpointCallback save at the "
+                  "next step or epoch boundary and stop",
+        "RES-3": "transformers/trainer.py, Trainer._load_callback_state: returns at once "
+                 "unless args.restore_callback_states_from_checkpoint (False by default), so "
+                 "a resumed EarlyStoppingCallback counts patience from 0",
         "DIST-2": rank_local,
         "DIST-3": rank_local,
         "DIST-4": "transformers/trainer.py, Trainer._save_rng_state: on several ranks every "

@@ -54,9 +54,11 @@ def offline() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def training_arguments(scenario: Scenario, ckpt_root: Path) -> dict[str, Any]:
+def training_arguments(scenario: Scenario, ckpt_root: Path,
+                       remedies: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The ``TrainingArguments`` keywords for a scenario's keys (each value of the type its
-    field takes; why each is set so: ``docs/frameworks/hf.md``)."""
+    field takes; why each is set so: ``docs/frameworks/hf.md``), at the Trainer's defaults
+    but for the ``remedies`` named (``REMEDIES``)."""
     get, task = scenario.get, scenario.task
     ckpt_on = bool(get("ckpt.enable"))
     limit: int | None
@@ -82,7 +84,8 @@ def training_arguments(scenario: Scenario, ckpt_root: Path) -> dict[str, Any]:
         "save_strategy": save_strategy, "save_total_limit": limit,
         "load_best_model_at_end": ckpt_on, "metric_for_best_model": MONITOR,
         "greater_is_better": not get("val.minimize"),
-        "restore_callback_states_from_checkpoint": True, "enable_jit_checkpoint": ckpt_on,
+        "restore_callback_states_from_checkpoint": "restore_callback_states" in remedies,
+        "enable_jit_checkpoint": ckpt_on and "jit_checkpoint" in remedies,
         "train_sampling_strategy": "random" if task.shuffle else "sequential",
         "lr_scheduler_type": "linear" if task.scheduler else "constant",
         "seed": int(get("seed")), "use_cpu": True, "report_to": "none", "disable_tqdm": True,
@@ -170,7 +173,9 @@ class Run:
     """One run of a scenario: the model, the arguments, the callbacks, the Trainer; train, then
     predict on the test split."""
 
-    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+    def __init__(self, scenario: Scenario, ctx: RunContext,
+                 remedies: frozenset[str] = frozenset()) -> None:
+        self.remedies = remedies
         self.scenario, self.ctx, self.get = scenario, ctx, scenario.get
         # the evaluation in progress: "first" (eval_on_start), "epoch", or the test pass
         self.phase: Literal["first", "epoch", "test"] = "first"
@@ -236,7 +241,8 @@ class Run:
         from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
         optimizers = self.build_optimizers(model)
-        args = TrainingArguments(**training_arguments(self.scenario, self.ctx.ckpt_root))
+        args = TrainingArguments(**training_arguments(self.scenario, self.ctx.ckpt_root,
+                                                      self.remedies))
         callbacks: list[Any] = []
         patience = self.get("val.patience")
         if patience is not None:

@@ -11,14 +11,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainspec.adapters import skorch_causes
 from trainspec.adapters.skorch_files import describe_skorch_files
-from trainspec.adapters.skorch_run import REMEDIES, SkorchRun
+from trainspec.adapters.skorch_run import SkorchRun
 from trainspec.conformance.run.adapter import Capability, RunContext
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.errors import AdapterError
 
 __all__ = ["REMEDIES", "SkorchAdapter"]
+
+# documented non-default skorch switches that should make failing clauses pass: none found
+# (docs/frameworks/skorch.md says why for each failing clause); SkorchAdapter(*names) refuses
+# every name
+REMEDIES: tuple[Remedy, ...] = ()
 
 # Where in skorch 1.4 the behaviour behind each failing clause comes from (read in the installed
 # sources; paths relative to site-packages)
@@ -33,8 +40,8 @@ _NO_BEST = ("skorch keeps no best weights in memory: EpochScoring records only t
 _STOP = ("skorch/callbacks/training.py, EarlyStopping._is_score_improved: score > "
          "dynamic_threshold_ (< when lower_is_better) holds for +inf (maximizing) or -inf "
          "(minimizing): an infinite score resets misses_ and becomes the threshold")
-_EXTRA_EPOCHS = ("skorch/net.py, NeuralNet.fit_loop: a fit runs max_epochs more epochs "
-                 "whatever the history LoadInitState loaded holds")
+_NOT_SAVED = ("skorch/callbacks/training.py, Checkpoint.save_model: writes the module "
+              "(f_params), optimizer, criterion and history only")
 _SCHEDULER = ("skorch/callbacks/lr_scheduler.py, LRScheduler.on_train_begin and "
               "_get_scheduler: the scheduler is built anew at every fit with last_epoch = "
               "len(net.history) - 1, an epoch count even with step_every='batch'; "
@@ -48,15 +55,17 @@ _SOURCES = {
     "RES-2": _SCHEDULER,
     "RES-3": "skorch/callbacks/training.py, EarlyStopping.on_train_begin: resets misses_ and "
              "dynamic_threshold_ at every fit, and Checkpoint.save_model saves no callback "
-             f"state, so patience starts afresh on a resume; {_EXTRA_EPOCHS}",
+             "state, so patience starts afresh on a resume",
+    "RES-4": f"{_SCHEDULER}; {_NOT_SAVED} (no RNG state), and "
+             "LoadInitState.on_train_begin restores no generator; skorch/net.py, "
+             "NeuralNet.fit_loop: a fit runs max_epochs more epochs whatever the history "
+             "LoadInitState loaded holds",
     "RES-5": "skorch/net.py, NeuralNet.load_params: hands the saved optimizer state to "
              "optimizer_.load_state_dict as it is, with no check that it is the optimizer the "
              "checkpoint was written with (torch then fails in SGD.step, KeyError: 'momentum'), "
              "naming neither the item nor a finetune as the way out; an extra LRScheduler goes "
              "unnoticed (Checkpoint saves no scheduler)",
-    "CKPT-1": "skorch/callbacks/training.py, Checkpoint.save_model: writes the module "
-              "(f_params), optimizer, criterion and history only: no LR scheduler state, no "
-              "run id, no config",
+    "CKPT-1": f"{_NOT_SAVED}: no LR scheduler state, no run id, no config",
     "CKPT-2": "skorch/net.py, NeuralNet.save_params: torch.save(state_dict, f_name) straight "
               "to the checkpoint's own path (called by Checkpoint._save_params), overwriting "
               "the previous file in place: a kill during the write leaves it truncated",
@@ -64,24 +73,29 @@ _SOURCES = {
               "net.load_params(checkpoint=...) under suppress(FileNotFoundError), so a missing "
               "checkpoint starts training afresh without an error (by design: the first run "
               "of a script has no files yet)",
+    "CKPT-5": "skorch/net.py, NeuralNet.partial_fit: catches KeyboardInterrupt (SIGINT) only; "
+              "skorch installs no SIGTERM handler, so SIGTERM's default action ends the process "
+              "mid-epoch, and Checkpoint writes only in on_epoch_end",
 }
 
 
 class SkorchAdapter:
     """Runs scenarios through a skorch ``NeuralNetClassifier`` on one CPU process.
 
-    ``remedies`` names documented non-default skorch switches to turn on (see ``REMEDIES``);
-    none by default, which is how the matrix judges skorch.
+    ``remedies`` names documented non-default skorch switches to turn on (``REMEDIES``): skorch
+    has none known to fix a failing clause, so every name is refused.
     """
 
     name = "skorch"
 
     def __init__(self, *remedies: str) -> None:
-        unknown = sorted(set(remedies) - set(REMEDIES))
+        known = {r.name for r in REMEDIES}
+        unknown = sorted(set(remedies) - known)
         if unknown:
-            raise AdapterError(f"SkorchAdapter: unknown remedies {unknown}; known: "
-                               f"{', '.join(sorted(REMEDIES)) or 'none'}")
-        self.remedies = frozenset(remedies)
+            raise AdapterError(f"skorch adapter: unknown remedies {unknown}; expected some of "
+                               f"{sorted(known)} (skorch has no documented switch known to fix "
+                               "a failing clause)")
+        self.applied = frozenset(remedies)
 
     def capabilities(self) -> frozenset[Capability]:
         # not declared (docs/frameworks/skorch.md says more): val_first (skorch validates
@@ -94,6 +108,12 @@ class SkorchAdapter:
         # CPU processes: it prepares the parameterless criterion, which accelerate's
         # MULTI_CPU prepare_model wraps in DistributedDataParallel, which refuses it)
         return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "test_pass"})
+
+    def remedies(self) -> tuple[Remedy, ...]:
+        return REMEDIES
+
+    def root_causes(self) -> tuple[RootCause, ...]:
+        return skorch_causes.ROOT_CAUSES
 
     def environment(self) -> dict[str, str | None]:
         import skorch  # type: ignore[import-untyped]
@@ -113,4 +133,4 @@ class SkorchAdapter:
         return describe_skorch_files(root)
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
-        SkorchRun(scenario, ctx, self.remedies).run()
+        SkorchRun(scenario, ctx).run()

@@ -46,15 +46,9 @@ from trainspec.conformance.run.task import (
 )
 from trainspec.errors import AdapterError
 
-__all__ = ["MONITOR", "REMEDIES", "SkorchRun"]
+__all__ = ["MONITOR", "SkorchRun"]
 
 MONITOR = "score"  # the EpochScoring's name: skorch records "score" and "score_best"
-
-# documented non-default skorch switches that would make a failing clause pass, by name, each
-# turned on only when the adapter is built with its name: none is known (see
-# docs/frameworks/skorch.md, "Candidate remedies")
-REMEDIES: dict[str, str] = {}
-
 
 def _callback(hooks: type, *args: object) -> Any:
     """An instance of ``hooks`` with skorch's ``Callback`` mixed in after it: ``hooks``
@@ -132,8 +126,8 @@ class _Report:
 class SkorchRun:
     """One run of a scenario: builds the net and its callbacks, fits, tests."""
 
-    def __init__(self, scenario: Scenario, ctx: RunContext, remedies: frozenset[str]) -> None:
-        self.scenario, self.ctx, self.remedies = scenario, ctx, remedies
+    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+        self.scenario, self.ctx = scenario, ctx
         self.get, self.task = scenario.get, scenario.task
         self.best_cp: Any = None
         self.best_seen: tuple[object, FileSnapshot | None] | None = None

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import CheckResult, Report
-from trainspec.conformance.targets import Target, resolve_target
+from trainspec.conformance.targets import Target, resolve_target, with_remedies
 from trainspec.errors import UsageError
 
 if TYPE_CHECKING:
@@ -87,12 +87,13 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
          timeout_s: float = 60.0, workers: int = 1, profile: str = "fast",
          fresh: bool = False, deviations: Mapping[str, str] | Path | None = None,
          docs_url: str | None = None, max_examples: int | None = None,
-         deadline_s: float | None = DEFAULT_DEADLINE_S) -> Plan:
+         deadline_s: float | None = DEFAULT_DEADLINE_S, remedies: str | None = None) -> Plan:
     """Validate a run's options once; every entry point runs from the plan this returns.
 
     ``deviations`` is a mapping of clause IDs to reasons or the path of a deviations file;
     ``max_examples`` overrides the profile's count; ``deadline_s`` bounds the whole run
-    (checks not started by then come out ``timeout``; None: no bound).
+    (checks not started by then come out ``timeout``; None: no bound); ``remedies``
+    (comma-separated names) turns on remedies the target's adapter declares.
 
     Raises:
         UsageError: an option is out of range, names an unknown clause, target or backend,
@@ -110,6 +111,8 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
     _require(backend in (None, *get_args(Backend)),
              f"--backend: expected gloo or nccl (or none: the trainer picks), got {backend!r}")
     resolved = target if isinstance(target, Target) else resolve_target(target, base_trainer)
+    if remedies:
+        resolved = with_remedies(resolved, remedies)
     selected = registry.select(clauses)
     declared = _deviations(deviations)
     from trainspec.conformance.checks import selected_checks  # imports the checks: torch
@@ -210,12 +213,12 @@ def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None) -
     return runner.run(plan, on_result=on_result)
 
 
-def check(target: str | None = None, *, base_trainer: str | None = None,
+def check(target: str | Target | None = None, *, base_trainer: str | None = None,
           clauses: str | None = None, world_size: int = 2, timeout_s: float = 60.0,
           deviations: Mapping[str, str] | None = None,
           on_result: Callable[[CheckResult], None] | None = None, workers: int = 1,
           profile: Profile = "fast", fresh: bool = False,
-          backend: Backend | None = None) -> Report:
+          backend: Backend | None = None, remedies: str | None = None) -> Report:
     """Check a trainer against every clause of the spec and return the report.
 
     Args:
@@ -232,10 +235,13 @@ def check(target: str | None = None, *, base_trainer: str | None = None,
         fresh: new worker processes for every run (isolation over speed).
         backend: collective backend of the multi-rank runs, ``"gloo"`` or ``"nccl"``;
             None lets the trainer pick.
+        remedies: comma-separated names of remedies the target's adapter declares, turned on
+            for this run (a framework is judged at its defaults otherwise).
     """
     return run(plan(target, base_trainer=base_trainer, clauses=clauses, world_size=world_size,
                     timeout_s=timeout_s, deviations=deviations, workers=workers,
-                    profile=profile, fresh=fresh, backend=backend), on_result=on_result)
+                    profile=profile, fresh=fresh, backend=backend, remedies=remedies),
+               on_result=on_result)
 
 
 def check_matrix(names: list[str] | None = None, *, clauses: str | None = None,
@@ -251,8 +257,9 @@ def check_matrix(names: list[str] | None = None, *, clauses: str | None = None,
 
 
 def replay(target: str | None = None, *, base_trainer: str | None = None, clause: str,
-           scenario: str | Mapping[str, object]) -> None:
-    """Run one scenario (a reproducer's JSON) on a target and judge its decisions.
+           scenario: str | Mapping[str, object], remedies: str | None = None) -> None:
+    """Run one scenario (a reproducer's JSON) on a target (with ``remedies`` on, when the
+    failing report had them) and judge its decisions.
 
     Raises :class:`~trainspec.conformance.checks.CheckFailed` with the evidence on a slip.
     """
@@ -265,7 +272,9 @@ def replay(target: str | None = None, *, base_trainer: str | None = None, clause
 
     data = json.loads(scenario) if isinstance(scenario, str) else scenario
     s = Scenario.from_json(data)
-    with Harness(resolve_target(target, base_trainer).adapter) as harness:
+    resolved = resolve_target(target, base_trainer)
+    with Harness((with_remedies(resolved, remedies) if remedies else resolved).adapter
+                 ) as harness:
         trace = harness.run(s)
     if not trace.completed:
         raise RunBroke(trace, s)
@@ -354,6 +363,9 @@ OPTIONS: tuple[Option, ...] = (
            "both derandomized, so a verdict is reproducible"),
     Option(key="fresh", flag="--fresh-processes", is_switch=True, default=False,
            help="start new worker processes for every run (isolation over speed)"),
+    Option(key="remedies", flag="--remedies", metavar="NAMES",
+           help="comma-separated remedies the target's adapter declares (documented "
+           "non-default framework switches), turned on for this run; the report lists them"),
 )
 
 
@@ -380,4 +392,4 @@ def plan_from(value: Callable[[Option], object], *, docs_url: str | None = None)
                 deadline_s=number("deadline_s"),
                 profile=text("profile") or "fast", fresh=value(option("fresh")) is True,
                 deviations=None if deviations is None else Path(str(deviations)),
-                docs_url=docs_url)
+                docs_url=docs_url, remedies=text("remedies"))

@@ -11,9 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from trainspec.conformance.report.matrix import ConformanceMatrix, build
+from trainspec.conformance.report.matrix_causes import RemedyRun
 from trainspec.conformance.report.text import format_summary
 from trainspec.conformance.spec.results import Report
-from trainspec.conformance.targets import BUILTIN_TARGETS, Target
+from trainspec.conformance.targets import BUILTIN_TARGETS, Target, with_remedies
 from trainspec.errors import AdapterError, UsageError
 
 __all__ = ["FRAMEWORK_MODULES", "check_targets", "missing_requirement"]
@@ -24,6 +25,7 @@ FRAMEWORK_MODULES: dict[str, tuple[tuple[str, ...], str]] = {
     "hf": (("transformers", "accelerate"), "hf"),
     "ignite": (("ignite",), "ignite"),
     "keras": (("keras",), "keras"),
+    "poutyne": (("poutyne", "pandas"), "poutyne"),  # ModelBundle needs pandas
     "skorch": (("skorch",), "skorch"),
 }
 
@@ -73,6 +75,7 @@ def check_targets(names: Sequence[str] | None = None, *, clauses: str | None = N
     say = progress or (lambda line: None)
     done: dict[str, Report] = {}
     missing: dict[str, str] = {}
+    verified: dict[str, list[RemedyRun]] = {}
     for i, name in enumerate(chosen, start=1):
         head = f"trainspec matrix: [{i}/{len(chosen)}] {name}"
         why = missing_requirement(name, BUILTIN_TARGETS[name])
@@ -86,7 +89,31 @@ def check_targets(names: Sequence[str] | None = None, *, clauses: str | None = N
             else:
                 done[name] = result
                 say(f"{head}: done: {format_summary(result)}")
+                verified[name] = _verify_remedies(name, result, world_size=world_size,
+                                                  timeout_s=timeout_s, profile=profile, say=say)
         if why is not None:
             missing[name] = why
             say(f"{head}: not installed ({why}); skipped")
-    return build(done, missing)
+    return build(done, missing, remedy_runs=verified)
+
+
+def _verify_remedies(name: str, report: Report, *, world_size: int, timeout_s: float,
+                     profile: Literal["fast", "ci"], say: Callable[[str], None]
+                     ) -> list[RemedyRun]:
+    """Each declared remedy's failing clauses, checked again with the remedy on."""
+    from trainspec.conformance import api
+
+    runs = []
+    for remedy in report.remedies:
+        failing = [c for c in remedy.clauses if c in report.selected or not report.selected]
+        failing = [c for c in failing if report.clause(c).verdict == "fail"]
+        if not failing:
+            continue
+        target = with_remedies(BUILTIN_TARGETS[name], remedy.name)
+        again = api.check(target, clauses=",".join(failing), world_size=world_size,
+                          timeout_s=timeout_s, profile=profile)
+        run = RemedyRun.of(remedy.name, again, failing)
+        runs.append(run)
+        say(f"trainspec matrix: {name} with {remedy.setting}: " + ", ".join(
+            f"{c} {v}" for c, (v, _) in run.results.items()))
+    return runs

@@ -179,7 +179,10 @@ def _report(plan: Plan, results: Sequence[CheckResult], described: Sequence[Desc
                   clauses=judge_clauses(results, plan.clauses, plan.deviations, plan.world_size,
                                         sources=first.sources if first else None,
                                         docs_url=plan.docs_url),
-                  duration_s=round(time.monotonic() - started, 3), selected=plan.clauses)
+                  duration_s=round(time.monotonic() - started, 3), selected=plan.clauses,
+                  root_causes=first.root_causes if first else (),
+                  remedies=first.remedies if first else (),
+                  applied_remedies=plan.target.remedies)
 
 
 def _not_run(spec: CheckSpec, outcome: CheckOutcome, reason: str) -> CheckResult:

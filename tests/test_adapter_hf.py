@@ -57,8 +57,13 @@ def test_hf_adapter_gets_a_verdict_for_every_clause(tmp_path: Path) -> None:
     # what the Trainer does meet, as the adapter reports it (a regression in the adapter's
     # events would turn these)
     for cid in ("LOOP-1", "LOOP-3", "LOOP-4", "BEST-2", "BEST-3", "BEST-4", "PAT-2", "RES-1",
-                "RES-2", "RES-3", "RES-4", "FT-1", "FT-2", "FT-3", "FT-4", "CKPT-3"):
+                "RES-2", "RES-4", "FT-1", "FT-2", "FT-3", "FT-4", "CKPT-3"):
         assert verdicts[cid] == "pass", (cid, verdicts[cid])
+    # at its defaults the Trainer neither restores the early-stopping counter on resume nor
+    # handles SIGTERM (the remedies are verified by the matrix)
+    for cid in ("RES-3", "CKPT-5"):
+        assert verdicts[cid] == "fail", (cid, verdicts[cid])
+        assert selected[cid]["framework_source"].startswith("transformers/"), cid
 
 
 def test_importing_the_adapter_does_not_import_transformers() -> None:
@@ -89,8 +94,25 @@ def test_hf_adapter_runs_on_two_ranks(tmp_path: Path, selected: tuple[str, ...])
 def test_undeclared_capabilities_are_the_ones_the_trainer_cannot_express() -> None:
     caps = HFTrainerAdapter().capabilities()
     assert not caps & {"val_every_n", "start_patience", "debug"}
-    assert {"checkpoint", "resume", "finetune", "early_stopping", "val_first", "rng_state",
-            "sigterm", "multi_rank"} <= caps
+    assert {"checkpoint", "resume", "finetune", "early_stopping", "val_first",
+            "multi_rank"} <= caps
+
+
+def test_the_trainer_runs_at_its_defaults_unless_a_remedy_is_named(tmp_path: Path) -> None:
+    # restore_callback_states_from_checkpoint and enable_jit_checkpoint are off by default:
+    # the adapter keeps them off, and turns each on only as a named remedy
+    s = make_scenario("defaults", [0.1, 0.2])
+    args = training_arguments(s, tmp_path)
+    assert args["restore_callback_states_from_checkpoint"] is False
+    assert args["enable_jit_checkpoint"] is False
+    on = training_arguments(s, tmp_path, frozenset({"restore_callback_states",
+                                                    "jit_checkpoint"}))
+    assert on["restore_callback_states_from_checkpoint"] is True
+    assert on["enable_jit_checkpoint"] is True
+    names = {r.name for r in HFTrainerAdapter().remedies()}
+    assert names == {"restore_callback_states", "jit_checkpoint"}
+    with pytest.raises(AdapterError, match="unknown remedies"):
+        HFTrainerAdapter("restore_callbacks")
 
 
 @pytest.mark.parametrize(("cfg", "expected"), [
@@ -111,7 +133,7 @@ def test_config_keys_map_onto_training_arguments(cfg: dict[str, Any],
     args = training_arguments(s, tmp_path)
     assert {k: args[k] for k in expected} == expected
     fixed = {"eval_strategy": "epoch", "metric_for_best_model": "score",
-             "restore_callback_states_from_checkpoint": True, "output_dir": str(tmp_path),
+             "restore_callback_states_from_checkpoint": False, "output_dir": str(tmp_path),
              "num_train_epochs": 2, "report_to": "none", "use_cpu": True,
              "label_names": ["labels", "tally"], "per_device_eval_batch_size": 4}
     assert {k: args[k] for k in fixed} == fixed

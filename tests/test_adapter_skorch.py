@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.adapter_runs import check_clauses
-from trainspec.adapters.skorch import SkorchAdapter
+from trainspec.adapters.skorch import REMEDIES, SkorchAdapter
 from trainspec.adapters.skorch_files import (
     describe_skorch_files,
     file_role,
@@ -49,8 +49,8 @@ VERDICTS = {
     "PAT-1": "pass", "PAT-2": "pass", "RES-1": "pass", "FT-1": "pass", "FT-2": "pass",
     "FT-3": "pass", "FT-4": "pass", "CKPT-3": "pass",
     # skorch's own behaviour, each named by the adapter's framework source
-    "NAN-3": "fail", "RES-2": "fail", "RES-3": "fail", "RES-5": "fail", "CKPT-1": "fail",
-    "CKPT-2": "fail", "CKPT-4": "fail",
+    "NAN-3": "fail", "RES-2": "fail", "RES-3": "fail", "RES-4": "fail", "RES-5": "fail",
+    "CKPT-1": "fail", "CKPT-2": "fail", "CKPT-4": "fail", "CKPT-5": "fail",
     # keys skorch cannot express
     "LOOP-2": "n/a", "LOOP-3": "n/a", "PAT-3": "n/a", "PAT-4": "n/a",
 }
@@ -77,10 +77,19 @@ def test_importing_the_adapter_does_not_import_skorch() -> None:
     assert proc.stdout.strip() == "skorch"
 
 
-def test_remedies_are_refused_by_name_when_unknown() -> None:
-    assert SkorchAdapter().remedies == frozenset()
+def test_unknown_remedies_are_refused() -> None:
+    adapter = SkorchAdapter()
+    assert adapter.remedies() == REMEDIES == ()  # no documented switch known to fix a fail
+    assert adapter.applied == frozenset()
     with pytest.raises(AdapterError, match=r"unknown remedies \['threshold_zero'\]"):
         SkorchAdapter("threshold_zero")
+
+
+def test_every_failing_clause_with_a_source_has_a_root_cause() -> None:
+    adapter = SkorchAdapter()
+    caused = {c for cause in adapter.root_causes() for c in cause.clauses}
+    assert set(adapter.framework_sources()) == caused
+    assert all(cause.source.startswith("skorch/") for cause in adapter.root_causes())
 
 
 @pytest.mark.parametrize(("name", "role"), [

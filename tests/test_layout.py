@@ -35,6 +35,7 @@ EXTRA = {"reference/example.py": {"torchmetrics"}, "adapters/base_trainer.py": {
          "adapters/hf_files.py": {"transformers", "safetensors"},
          "adapters/hf_task.py": {"torchmetrics"},
          "adapters/keras_run.py": {"keras"}, "adapters/keras_files.py": {"h5py"},
+         "adapters/poutyne_run.py": {"poutyne"},
          "adapters/skorch.py": {"skorch"}, "adapters/skorch_run.py": {"skorch"}}
 # optional everywhere, imported inside a function only: numpy's RNG is saved when numpy exists
 OPTIONAL = frozenset({"numpy"})

@@ -306,7 +306,7 @@ def test_unknown_capability_names_are_a_configuration_error_listing_the_known_on
         f"trainspec: error: target {BAD}.capabilities:UnknownCapabilities: capabilities() "
         "declared unknown names ['early_stoping']; known: ['checkpoint', 'debug', "
         "'early_stopping', 'eval_only', 'finetune', 'grad_accum', 'multi_rank', 'resume', "
-        "'rng_state', 'sigterm', 'start_patience', 'test_pass', 'val_every_n', 'val_first']"]
+        "'start_patience', 'test_pass', 'val_every_n', 'val_first']"]
 
 
 def test_a_factory_that_is_not_callable_is_a_configuration_error_naming_it(

@@ -208,7 +208,7 @@ def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
         "the code never ran"
 
 
-@check("CKPT-5", requires={"checkpoint", "sigterm", "resume"},
+@check("CKPT-5", requires={"checkpoint", "resume"},
        covers=("CKPT-5.1", "CKPT-5.2", "CKPT-5.3", "CKPT-5.4"))
 def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
     """SIGTERM mid-epoch: a checkpoint is written, the process exits with 143, and resuming

@@ -20,6 +20,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from trainspec.conformance.checks.base import CheckFailed
 from trainspec.conformance.checks.carried_out import shortfall
@@ -166,6 +167,8 @@ def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -
                     suppress_health_check=list(HealthCheck), print_blob=False)(
         given(scenarios(caps=frozenset(adapter.capabilities()),
                         nonfinite_first=spec.nonfinite_first))(run_once))
+    home = tempfile.mkdtemp(prefix="trainspec-hypothesis-")
+    set_hypothesis_home_dir(home)  # its caches go there, never into the user's folder
     try:
         test()
     except Exception as e:  # CheckFailed, or a group of distinct failures hypothesis found
@@ -179,6 +182,9 @@ def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -
                 failure["evidence"] += (f" (and {len(e.exceptions) - 1 - len(others)} other "
                                         "distinct failure(s))")
         return {"passed": False, "examples": count, **failure}
+    finally:
+        set_hypothesis_home_dir(None)
+        shutil.rmtree(home, ignore_errors=True)
     return {"passed": True, "examples": count}
 
 

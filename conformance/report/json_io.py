@@ -4,7 +4,8 @@ The JSON starts with ``"trainspec"`` (the header) and ends with ``"complete": tr
 footer), so a report cut short by a killed job is detected on reading (:func:`from_json`). It
 holds every clause. A clause's ``evidence`` is the evidence line alone; ``framework_source``
 and ``docs`` come as fields of their own (absent in reports written before they existed,
-which still read).
+which still read). ``root_causes``, ``remedies`` and ``applied_remedies``
+(:mod:`trainspec.conformance.spec.causes`) are optional keys, present when not empty.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from trainspec.conformance.report.output import write_text
+from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.conformance.spec.printable import printable
 from trainspec.conformance.spec.results import (
     VERDICTS,
@@ -46,8 +48,35 @@ def to_json(report: Report) -> dict[str, Any]:
         "clauses": [_clause_json(c) for c in report.clauses],
         "summary": dict(report.summary),
         "duration_s": report.duration_s,
+        **_causes_json(report),
         "complete": True,
     }
+
+
+def _causes_json(report: Report) -> dict[str, Any]:
+    """The adapter's root causes and remedies, and the remedies the run applied (optional
+    keys: absent when empty, so reports of targets without them keep their shape)."""
+    out: dict[str, Any] = {}
+    if report.root_causes:
+        out["root_causes"] = [c.to_json() for c in report.root_causes]
+    if report.remedies:
+        out["remedies"] = [r.to_json() for r in report.remedies]
+    if report.applied_remedies:
+        out["applied_remedies"] = list(report.applied_remedies)
+    return out
+
+
+def _causes_from_json(obj: Mapping[str, Any], source: str
+                      ) -> tuple[tuple[RootCause, ...], tuple[Remedy, ...], tuple[str, ...]]:
+    try:
+        causes = tuple(RootCause.from_json(_mapping(c, source, '"root_causes"'))
+                       for c in _list(obj.get("root_causes", []), source, '"root_causes"'))
+        remedies = tuple(Remedy.from_json(_mapping(r, source, '"remedies"'))
+                         for r in _list(obj.get("remedies", []), source, '"remedies"'))
+    except ValueError as e:
+        raise _bad(source, "root causes and remedies as trainspec writes them", str(e)) from None
+    applied = _list(obj.get("applied_remedies", []), source, '"applied_remedies"')
+    return causes, remedies, tuple(str(a) for a in applied)
 
 
 def _clause_json(clause: ClauseResult) -> dict[str, Any]:
@@ -116,10 +145,12 @@ def from_json(data: object, *, source: str = "report") -> Report:
     checks = _rebuild_checks(entries, source)
     clauses = tuple(_clause_from_json(e, i, checks, source) for i, e in enumerate(entries))
     selected = _list(obj["selected"], source, '"selected"')
+    causes, remedies, applied = _causes_from_json(obj, source)
     report = Report(trainspec=_str(obj, "trainspec", source), target=_str(obj, "target", source),
                     environment={str(k): v for k, v in environment.items()}, clauses=clauses,
                     duration_s=_number(obj["duration_s"], source, '"duration_s"'),
-                    selected=tuple(str(s) for s in selected))
+                    selected=tuple(str(s) for s in selected), root_causes=causes,
+                    remedies=remedies, applied_remedies=applied)
     if obj["conformant"] is not report.conformant:
         raise _bad(source, f'"conformant": {json.dumps(report.conformant)} (from the verdicts)',
                    json.dumps(obj["conformant"]))

@@ -20,11 +20,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainspec.conformance.report import json_io
+from trainspec.conformance.report.matrix_causes import (
+    RemedyRun,
+    causes_behind,
+    remedy_notes,
+    remedy_phrase,
+    runs_from_json,
+    runs_to_json,
+)
 from trainspec.conformance.report.text import cited
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.printable import printable
@@ -36,6 +44,7 @@ __all__ = [
     "VERDICT_MEANINGS",
     "ConformanceMatrix",
     "build",
+    "cell_text",
     "clean",
     "differences",
     "from_json",
@@ -66,6 +75,8 @@ class ConformanceMatrix:
     trainspec: str
     reports: Mapping[str, Report]  # target name -> its report, in the matrix's order
     not_installed: Mapping[str, str]  # target name -> why it was not checked
+    # target name -> its remedies' failing clauses judged again with the remedy on
+    remedy_runs: Mapping[str, tuple[RemedyRun, ...]] = field(default_factory=dict)
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -89,7 +100,8 @@ class ConformanceMatrix:
 
 def build(reports: Iterable[Report] | Mapping[str, Report],
           not_installed: Mapping[str, str] | None = None, *,
-          trainspec: str | None = None) -> ConformanceMatrix:
+          trainspec: str | None = None,
+          remedy_runs: Mapping[str, Sequence[RemedyRun]] | None = None) -> ConformanceMatrix:
     """A matrix of ``reports`` (in that order; keyed by their target, or by the mapping's keys)
     and of the targets that were not checked, with the reason.
 
@@ -110,7 +122,8 @@ def build(reports: Iterable[Report] | Mapping[str, Report],
 
         trainspec = next((r.trainspec for r in by_target.values()), __version__)
     return ConformanceMatrix(trainspec=trainspec, reports=by_target,
-                             not_installed=dict(not_installed or {}))
+                             not_installed=dict(not_installed or {}),
+                             remedy_runs={n: tuple(r) for n, r in (remedy_runs or {}).items()})
 
 
 # ----------------------------------------------------------------------------------- JSON
@@ -119,7 +132,8 @@ def to_json(matrix: ConformanceMatrix) -> dict[str, Any]:
     """The ``matrix.json`` object; ``"complete": true`` last, so a cut-short file shows."""
     return {"trainspec": matrix.trainspec,
             "targets": {n: json_io.to_json(r) for n, r in matrix.reports.items()},
-            "not_installed": dict(matrix.not_installed), "complete": True}
+            "not_installed": dict(matrix.not_installed),
+            "remedy_runs": runs_to_json(matrix.remedy_runs), "complete": True}
 
 
 def from_json(data: object, *, source: str = "matrix") -> ConformanceMatrix:
@@ -137,8 +151,13 @@ def from_json(data: object, *, source: str = "matrix") -> ConformanceMatrix:
                          f"{type(targets).__name__} and {type(skipped).__name__}")
     reports = {str(n): json_io.from_json(raw, source=f"{source}, target {n}")
                for n, raw in targets.items()}
+    try:
+        runs = runs_from_json(data.get("remedy_runs", {}), source)
+    except ValueError as e:
+        raise UsageError(f"{e}; write the matrix again with `trainspec matrix`") from None
     return ConformanceMatrix(trainspec=str(data.get("trainspec", "?")), reports=reports,
-                             not_installed={str(k): str(v) for k, v in skipped.items()})
+                             not_installed={str(k): str(v) for k, v in skipped.items()},
+                             remedy_runs=runs)
 
 
 def differences(published: ConformanceMatrix, now: ConformanceMatrix) -> list[str]:
@@ -176,6 +195,7 @@ def to_markdown(matrix: ConformanceMatrix) -> str:
         lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in header_rows(matrix)]
         lines.append("")
     shown = matrix.shown if names else ()
+    lines += _causes_markdown(matrix, shown)
     for family in registry.FAMILIES:
         rows = [c for c in registry.clauses_of(family) if c.id in shown]
         if not rows:
@@ -184,7 +204,7 @@ def to_markdown(matrix: ConformanceMatrix) -> str:
                   "| Clause | Level | " + " | ".join(_md(n) for n in names) + " |",
                   "|---|---|" + "---|" * len(names)]
         for clause in rows:
-            cells = [_MD_MARKERS[_verdict(matrix, n, clause.id)] for n in names]
+            cells = [_md(cell_text(matrix, n, clause.id, _MD_MARKERS)) for n in names]
             lines.append(f"| {clause.id} {_md(clause.title)} | {clause.level} | "
                          + " | ".join(cells) + " |")
         lines.append("")
@@ -193,7 +213,11 @@ def to_markdown(matrix: ConformanceMatrix) -> str:
                     if c.id in shown and c.verdict in ("fail", "deviation", "error", "timeout")]
         if findings:
             lines += [f"### Evidence: {_md(name)}", ""]
-            lines += [f"- **{c.id}** {c.verdict}: {_md(cited(c))}" for c in findings]
+            for c in findings:
+                lines.append(f"- **{c.id}** {c.verdict}: {_md(cited(c))}")
+                lines += [f"  - with `{_md(remedy.setting)}`: {verdict}: {_md(evidence)}"
+                          for remedy, verdict, evidence in remedy_notes(
+                              matrix.reports[name], matrix.remedy_runs.get(name, ()), c.id)]
             lines.append("")
     hidden = len(registry.CLAUSES) - len(shown)
     if names and hidden:
@@ -202,6 +226,34 @@ def to_markdown(matrix: ConformanceMatrix) -> str:
         lines += ["Not installed: " + ", ".join(f"{_md(n)} ({_md(why)})" for n, why in
                                                 matrix.not_installed.items()) + ".", ""]
     return "\n".join(lines)
+
+
+def cell_text(matrix: ConformanceMatrix, target: str, clause_id: str,
+              markers: Mapping[Verdict, str]) -> str:
+    """A cell: the verdict's marker, then what each verified remedy did for the clause."""
+    verdict = _verdict(matrix, target, clause_id)
+    report = matrix.reports.get(target)
+    if report is None or verdict != "fail":
+        return markers[verdict]
+    notes = [remedy_phrase(remedy, v) for remedy, v, _ in
+             remedy_notes(report, matrix.remedy_runs.get(target, ()), clause_id)]
+    return "; ".join([markers[verdict], *notes])
+
+
+def _causes_markdown(matrix: ConformanceMatrix, shown: Sequence[str]) -> list[str]:
+    """Per target, the few framework behaviours behind its fails (its adapter names them)."""
+    lines: list[str] = []
+    for name, report in matrix.reports.items():
+        behind, unnamed = causes_behind(report, shown)
+        if not behind and not unnamed:
+            continue
+        lines += [f"### Why {_md(name)} fails", ""]
+        lines += [f"- {_md(cause.summary)}: {', '.join(ids)} (`{_md(cause.source)}`)"
+                  for cause, ids in behind]
+        if unnamed:
+            lines.append(f"- no root cause named by the adapter: {', '.join(unnamed)}")
+        lines.append("")
+    return lines
 
 
 def _md(text: str) -> str:

@@ -13,12 +13,14 @@ import html
 from trainspec.conformance.report.matrix import (
     VERDICT_MEANINGS,
     ConformanceMatrix,
+    cell_text,
     clean,
     header_rows,
 )
+from trainspec.conformance.report.matrix_causes import causes_behind, remedy_notes
 from trainspec.conformance.report.text import cited
 from trainspec.conformance.spec import clauses as registry
-from trainspec.conformance.spec.results import VERDICTS, ClauseResult
+from trainspec.conformance.spec.results import VERDICTS, ClauseResult, Verdict
 
 __all__ = ["to_html"]
 
@@ -79,6 +81,7 @@ def to_html(matrix: ConformanceMatrix) -> str:
         out += ["</ul>", "</div>"]
     out += _html_legend()
     if names:
+        out += _html_causes(matrix)
         out += _html_clauses(matrix)
     out += ["</body>", "</html>", ""]
     return "\n".join(out)
@@ -137,6 +140,26 @@ def _html_clauses(matrix: ConformanceMatrix) -> list[str]:
     return out
 
 
+_PLAIN: dict[Verdict, str] = {v: v for v in VERDICTS}
+
+
+def _html_causes(matrix: ConformanceMatrix) -> list[str]:
+    """Per target, the framework behaviours behind its fails, above the clause table."""
+    out: list[str] = []
+    for name, report in matrix.reports.items():
+        behind, unnamed = causes_behind(report, matrix.shown)
+        if not behind and not unnamed:
+            continue
+        out += [f'<h3 id="why-{_h(name)}">Why {_h(name)} fails</h3>', "<ul>"]
+        out += [f"<li>{_h(cause.summary)}: <strong>{_h(', '.join(ids))}</strong> "
+                f"(<code>{_h(cause.source)}</code>)</li>" for cause, ids in behind]
+        if unnamed:
+            out.append("<li>no root cause named by the adapter: "
+                       f"{_h(', '.join(unnamed))}</li>")
+        out.append("</ul>")
+    return ["<h2>Root causes</h2>", *out] if out else []
+
+
 def _html_cell(matrix: ConformanceMatrix, target: str, clause_id: str) -> str:
     try:
         clause = matrix.reports[target].clause(clause_id)
@@ -145,10 +168,14 @@ def _html_cell(matrix: ConformanceMatrix, target: str, clause_id: str) -> str:
     verdict = clause.verdict
     evidence = _evidence(clause)
     title = f' title="{_h(evidence)}"' if evidence else ""
-    body = _cell_details(clause, evidence)
+    body = _cell_details(clause, evidence) + "".join(
+        f"<p>with <code>{_h(remedy.setting)}</code>: {_h(v)}: {_h(ev)}</p>"
+        for remedy, v, ev in remedy_notes(matrix.reports[target],
+                                          matrix.remedy_runs.get(target, ()), clause_id))
+    label = cell_text(matrix, target, clause_id, _PLAIN)
     if not body:
-        return f'<td class="v {_css(verdict)}"{title}>{_h(verdict)}</td>'
-    return (f'<td class="v {_css(verdict)}"{title}><details><summary>{_h(verdict)}</summary>'
+        return f'<td class="v {_css(verdict)}"{title}>{_h(label)}</td>'
+    return (f'<td class="v {_css(verdict)}"{title}><details><summary>{_h(label)}</summary>'
             f'<div class="ev">{body}</div></details></td>')
 
 

@@ -142,7 +142,9 @@ def format_summary(report: Report) -> str:
     total = len(report.clauses)
     head = f"{total} clauses" if selected == total else f"{total} clauses ({selected} selected)"
     conformant = "yes" if report.conformant else "no"
-    return f"{head}: {counts}; conformant: {conformant}; {report.duration_s:.1f} s"
+    remedies = (f"; remedies on (not the framework's defaults): "
+                f"{', '.join(report.applied_remedies)}" if report.applied_remedies else "")
+    return f"{head}: {counts}; conformant: {conformant}; {report.duration_s:.1f} s{remedies}"
 
 
 def _shown(report: Report) -> list[ClauseResult]:

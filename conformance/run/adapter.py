@@ -19,16 +19,20 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.records import Record
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
+from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.errors import AdapterError
 
 __all__ = [
     "CAPABILITIES",
     "Adapter",
     "Capability",
+    "DeclaresRemedies",
     "DescribesCheckpoints",
     "NamesFrameworkSources",
+    "NamesRootCauses",
     "RunContext",
     "load_object",
+    "removed_capability",
 ]
 
 Capability = Literal[
@@ -43,10 +47,14 @@ Capability = Literal[
     "debug",  # debug mode
     "grad_accum",  # grad_accum_steps
     "multi_rank",  # runs on several ranks of a torch.distributed group
-    "sigterm",  # survives SIGTERM with a resumable checkpoint
-    "rng_state",  # saves and restores RNG states (exact resume)
     "eval_only",  # num_epochs = 0
 ]
+# A capability is a configuration surface the trainer may lack (no debug mode, no
+# start_patience key), never a behaviour a clause demands of a feature it has: exact resume
+# (RES-4) is judged for every target that resumes, SIGTERM (CKPT-5) for every target that
+# checkpoints and resumes.
+_REMOVED = {"sigterm": "CKPT-5 is judged for every target that checkpoints and resumes",
+            "rng_state": "RES-4 is judged for every target that resumes"}
 
 CAPABILITIES: frozenset[Capability] = frozenset(Capability.__args__)  # type: ignore[attr-defined]
 
@@ -118,6 +126,37 @@ class NamesFrameworkSources(Protocol):
     """
 
     def framework_sources(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class NamesRootCauses(Protocol):
+    """Optional: an adapter that names the few framework behaviours behind its fails.
+
+    Each :class:`~trainspec.conformance.spec.causes.RootCause` is one behaviour, the source it
+    comes from and the clauses it breaks; the matrix pages list those behind failing clauses
+    above the clause-by-clause table.
+    """
+
+    def root_causes(self) -> Sequence[RootCause]: ...
+
+
+@runtime_checkable
+class DeclaresRemedies(Protocol):
+    """Optional: an adapter whose framework has documented non-default switches that should
+    make failing clauses pass.
+
+    The adapter runs the framework at its defaults; its factory takes remedy names
+    (``MyAdapter(*names)``) and turns each one on (``trainspec check TARGET --remedies NAME``).
+    ``trainspec matrix`` runs each remedy's failing clauses again with it on and shows whether
+    it fixes them.
+    """
+
+    def remedies(self) -> Sequence[Remedy]: ...
+
+
+def removed_capability(name: str) -> str | None:
+    """Why a capability name no longer exists (for the error that names it), or None."""
+    return _REMOVED.get(name)
 
 
 def load_object(ref: str) -> Any:

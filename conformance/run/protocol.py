@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from trainspec.conformance.run.adapter import CAPABILITIES, Capability
+from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.errors import AdapterError, HarnessError
 
 __all__ = [
@@ -63,8 +64,7 @@ def _int(data: Mapping[str, object], key: str) -> int | None:
 
 def _float(data: Mapping[str, object], key: str) -> float | None:
     value = data.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        else None
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else value
 
 
 def _strs(data: Mapping[str, object], key: str) -> tuple[str, ...]:
@@ -75,6 +75,7 @@ def _strs(data: Mapping[str, object], key: str) -> tuple[str, ...]:
 def _object(data: Mapping[str, object], key: str) -> JSON:
     value = data.get(key, {})
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
 
 
 # ---------------------------------------------------------------------------------- requests
@@ -218,21 +219,28 @@ class Description:
     capabilities: frozenset[Capability]
     environment: Mapping[str, str | None]  # names to version strings, as reports hold
     sources: Mapping[str, str] = field(default_factory=dict)  # clause ID -> source pointer
+    root_causes: tuple[RootCause, ...] = ()
+    remedies: tuple[Remedy, ...] = ()
 
     def to_json(self) -> JSON:
         return {"reply": "description", "name": self.name,
                 "capabilities": sorted(self.capabilities),
-                "environment": dict(self.environment), "sources": dict(self.sources)}
+                "environment": dict(self.environment), "sources": dict(self.sources),
+                "root_causes": [c.to_json() for c in self.root_causes],
+                "remedies": [r.to_json() for r in self.remedies]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Description:
         environment = {k: (v if v is None else str(v))
                        for k, v in _object(data, "environment").items()}
+        causes, remedies = data.get("root_causes"), data.get("remedies")
         return cls(name=_str(data, "name"),
                    capabilities=frozenset(c for c in CAPABILITIES
                                           if c in _strs(data, "capabilities")),
                    environment=environment,
-                   sources={k: str(v) for k, v in _object(data, "sources").items()})
+                   sources={k: str(v) for k, v in _object(data, "sources").items()},
+                   root_causes=tuple(map(RootCause.from_json, causes or ())),  # type: ignore[call-overload]
+                   remedies=tuple(map(Remedy.from_json, remedies or ())))  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,14 +29,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from trainspec.conformance.run.adapter import (
     CAPABILITIES,
     Adapter,
     Capability,
+    DeclaresRemedies,
     DescribesCheckpoints,
     NamesFrameworkSources,
+    NamesRootCauses,
+    removed_capability,
 )
 from trainspec.conformance.run.child import (
     become_subreaper,
@@ -126,13 +129,34 @@ def describe_adapter(adapter: object) -> Description:
     sources = _sources(adapter.framework_sources()) \
         if isinstance(adapter, NamesFrameworkSources) else {}
     return Description(name=str(adapter.name), capabilities=capabilities,
-                       environment=environment, sources=sources)
+                       environment=environment, sources=sources, **_causes(adapter))
+
+
+def _causes(adapter: object) -> dict[str, Any]:
+    """The adapter's root causes and remedies, validated (none when it names none)."""
+    from trainspec.conformance.spec import causes
+    from trainspec.conformance.spec import clauses as registry
+
+    ids = frozenset(c.id for c in registry.CLAUSES)
+    try:
+        return {"root_causes": causes.checked_causes(adapter.root_causes(), ids)
+                if isinstance(adapter, NamesRootCauses) else (),
+                "remedies": causes.checked_remedies(adapter.remedies(), ids)
+                if isinstance(adapter, DeclaresRemedies) else ()}
+    except ValueError as e:
+        raise AdapterError(str(e)) from None
 
 
 def _capabilities(declared: object) -> frozenset[Capability]:
     # sorted: a set of mixed types or a number raises a TypeError that names the mistake
     names = sorted(declared)  # type: ignore[call-overload]
     unknown = sorted({str(c) for c in names} - CAPABILITIES)
+    removed = [f"{c!r} ({removed_capability(c)}: drop it)" for c in unknown
+               if removed_capability(c)]
+    if removed:
+        raise AdapterError(f"capabilities() declared {', '.join(removed)}; a capability is a "
+                           "configuration surface the trainer may lack, never a behaviour a "
+                           "clause demands")
     if unknown:
         hint = ""
         if all(len(c) == 1 and c.isalpha() for c in unknown):

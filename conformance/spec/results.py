@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from trainspec.conformance.spec.causes import Remedy, RootCause
+
 __all__ = [
     "VERDICTS",
     "CheckOutcome",
@@ -79,6 +81,10 @@ class Report:
     clauses: tuple[ClauseResult, ...]
     duration_s: float
     selected: tuple[str, ...] = field(default=())
+    # what the adapter says of its framework (spec.causes); the matrix pages show them
+    root_causes: tuple[RootCause, ...] = ()
+    remedies: tuple[Remedy, ...] = ()
+    applied_remedies: tuple[str, ...] = ()  # the remedies this run turned on (not defaults)
 
     @property
     def conformant(self) -> bool:
