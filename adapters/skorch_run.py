@@ -50,6 +50,7 @@ __all__ = ["MONITOR", "SkorchRun"]
 
 MONITOR = "score"  # the EpochScoring's name: skorch records "score" and "score_best"
 
+
 def _callback(hooks: type, *args: object) -> Any:
     """An instance of ``hooks`` with skorch's ``Callback`` mixed in after it: ``hooks``
     overrides the base's no-op methods, and skorch calls them as it calls any callback's."""
