@@ -73,7 +73,8 @@ _SOURCES = {
     "RES-5": f"{_CK}.load_objects: hands each state to the object's load_state_dict "
              "(via ignite/utils.py, _tree_apply2) with no check that the optimizer is "
              "the one the checkpoint was written with; torch then fails in SGD.step",
-    "CKPT-1": _EVERY,
+    "CKPT-1": f"{_CK}.__call__: a to_save of one object (the best model) is written as its "
+              f"bare state_dict, with no step, run id or config; {_EVERY}",
     "CKPT-2": f"{_CK}.__call__: with n_saved files kept, the old file is removed "
               "(save_handler.remove) before the new one is written, so a kill during "
               "the write leaves no last checkpoint at all",

@@ -32,14 +32,14 @@ ROOT_CAUSES: tuple[RootCause, ...] = (
                       "the best",
               source=_ES,
               clauses=("PAT-1", "NAN-3", "PAT-5")),
-    RootCause(summary="a one-object Checkpoint writes the bare state_dict: the step is "
-                      "recorded nowhere, the epoch only in the file name",
+    RootCause(summary="a one-object Checkpoint writes the bare state_dict: the step, run id "
+                      "and config are recorded nowhere, the epoch only in the file name",
               source=f"{_CK}.__call__",
               clauses=("BEST-3", "CKPT-1")),
     RootCause(summary="a resumed best Checkpoint removes the file its restored state lists, "
                       "which the interrupted run may already have replaced: DiskSaver.remove "
                       "raises FileNotFoundError",
-              source=f"{_CK}.__call__, ignite/handlers/checkpoint.py, DiskSaver.remove",
+              source=f"{_CK}.__call__ and DiskSaver.remove",
               clauses=("RES-1", "RES-2", "RES-3")),
     RootCause(summary="at its defaults the trainer's state holds no RNG state, so a resumed "
                       "run shuffles the next epoch from a freshly seeded generator; "
@@ -58,7 +58,7 @@ ROOT_CAUSES: tuple[RootCause, ...] = (
               clauses=("DIST-2", "DIST-3")),
     RootCause(summary="Checkpoint removes the old file before it writes the new one, and "
                       "DiskSaver writes on rank 0 with no barrier after",
-              source=f"{_CK}.__call__; ignite/handlers/checkpoint.py, DiskSaver.__call__",
+              source=f"{_CK}.__call__ and DiskSaver.__call__",
               clauses=("CKPT-2", "DIST-4")),
     RootCause(summary="a damaged checkpoint raises torch.load's own error, which does not name "
                       "the file",
