@@ -11,13 +11,17 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
+from trainspec.adapters import ignite_causes
+from trainspec.adapters.ignite_causes import REMEDIES
 from trainspec.adapters.ignite_files import describe_ignite_files
 from trainspec.adapters.ignite_run import IgniteRun
 from trainspec.conformance.run.adapter import Capability, RunContext
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.spec.causes import Remedy, RootCause
+from trainspec.errors import AdapterError
 
-__all__ = ["IgniteAdapter"]
+__all__ = ["REMEDIES", "IgniteAdapter"]
 
 # Where in Ignite 0.5 the behaviour behind each failing clause comes from (read in the installed
 # sources; paths relative to site-packages)
@@ -69,30 +73,47 @@ _SOURCES = {
     "RES-5": f"{_CK}.load_objects: hands each state to the object's load_state_dict "
              "(via ignite/utils.py, _tree_apply2) with no check that the optimizer is "
              "the one the checkpoint was written with; torch then fails in SGD.step",
-    "CKPT-1": _EVERY,
+    "CKPT-1": f"{_CK}.__call__: a to_save of one object (the best model) is written as its "
+              f"bare state_dict, with no step, run id or config; {_EVERY}",
     "CKPT-2": f"{_CK}.__call__: with n_saved files kept, the old file is removed "
               "(save_handler.remove) before the new one is written, so a kill during "
               "the write leaves no last checkpoint at all",
     "CKPT-4": f"{_CK}.load_objects: torch.load(checkpoint, weights_only=True) is called "
               "as is; torch's error for a truncated file does not name it",
+    "RES-4": "ignite/engine/engine.py, Engine.state_dict: the trainer's state is epoch_length, "
+             "iteration and max_epochs, no RNG state, so a resumed run draws the next epoch's "
+             "order (RandomSampler) from torch's generator as manual_seed left it at the start "
+             "of the new process; ignite/engine/deterministic.py, DeterministicEngine.state_dict "
+             "(create_supervised_trainer(deterministic=True), not the default) adds "
+             "rng_states, numpy's as an ndarray, which torch.load(weights_only=True) refuses, "
+             "as Checkpoint.load_objects and Ignite's resume example load",
+    "CKPT-5": "ignite/engine/engine.py, Engine.run: Ignite installs no signal handler "
+              "(nothing in ignite/ calls signal.signal), so SIGTERM's default action ends the "
+              "process where it is, and no Checkpoint handler runs",
 }
 
 
 class IgniteAdapter:
     """Runs scenarios through Ignite engines and handlers, on one CPU process or on each rank
-    of a world launched as torchrun launches one."""
+    of a world launched as torchrun launches one, at Ignite's defaults but for the remedies
+    named (:data:`REMEDIES`)."""
 
     name = "ignite"
+
+    def __init__(self, *remedies: str) -> None:
+        known = {r.name for r in REMEDIES}
+        unknown = sorted(set(remedies) - known)
+        if unknown:
+            raise AdapterError(f"ignite adapter: unknown remedies {unknown}; expected some of "
+                               f"{sorted(known)}")
+        self.applied = frozenset(remedies)
 
     def capabilities(self) -> frozenset[Capability]:
         # multi_rank: ignite.distributed joins the launched world (idist.initialize with the
         # timeout), DDP through idist.auto_model, the score pooled by sync_all_reduce.
-        # not declared: sigterm (Ignite installs no SIGTERM handler),
-        # start_patience (EarlyStopping cannot express it), debug (Ignite has no debug mode:
-        # run(epoch_length=...) shortens the training epoch only; evaluation, checkpoint
-        # handlers and the schedule are untouched), rng_state (Ignite's checkpoints hold no RNG
-        # states; create_supervised_trainer(deterministic=True) reseeds per epoch instead, and
-        # it is not the default)
+        # not declared: start_patience (EarlyStopping cannot express it), debug (Ignite has no
+        # debug mode: run(epoch_length=...) shortens the training epoch only; evaluation,
+        # checkpoint handlers and the schedule are untouched)
         return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "val_first",
                           "val_every_n", "test_pass", "grad_accum", "eval_only",
                           "multi_rank"})
@@ -106,6 +127,12 @@ class IgniteAdapter:
         """Where in Ignite 0.5 the behaviour behind each failing clause comes from (read in the
         installed sources; paths relative to site-packages)."""
         return dict(_SOURCES)
+
+    def root_causes(self) -> tuple[RootCause, ...]:
+        return ignite_causes.ROOT_CAUSES
+
+    def remedies(self) -> tuple[Remedy, ...]:
+        return REMEDIES
 
     def describe_checkpoints(self, root: Path) -> list[FileRecord]:
         """Every file under ``root``: ``best_model_<g>_score=<s>.pt``, ``checkpoint_<i>.pt``
@@ -121,7 +148,7 @@ class IgniteAdapter:
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
         if ctx.world_size == 1:
-            IgniteRun(scenario, ctx).run()
+            IgniteRun(scenario, ctx, self.applied).run()
             return
         # launched as torchrun launches: Ignite joins the world (env://), spawns nothing
         import ignite.distributed as idist
@@ -129,7 +156,7 @@ class IgniteAdapter:
         timeout = datetime.timedelta(seconds=float(scenario.get("ddp.timeout_s")))
         idist.initialize(scenario.get("ddp.backend") or "gloo", timeout=timeout)
         try:
-            IgniteRun(scenario, ctx).run()
+            IgniteRun(scenario, ctx, self.applied).run()
             idist.barrier()  # every rank done before the group goes
         finally:
             idist.finalize()

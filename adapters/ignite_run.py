@@ -106,8 +106,10 @@ def _memory_saver(store: dict[str, Mapping[str, object]]) -> Any:
 class IgniteRun:
     """One run of a scenario: builds the engines and handlers, and runs the trainer."""
 
-    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+    def __init__(self, scenario: Scenario, ctx: RunContext,
+                 remedies: frozenset[str] = frozenset()) -> None:
         self.scenario, self.ctx = scenario, ctx
+        self.remedies = remedies  # the REMEDIES named: Ignite's defaults otherwise
         self.get = scenario.get
         self.pair = (math.nan, 1.0)  # this rank's scripted (total, count) of the validation
         self.phase: Phase = "epoch"  # of the validation under way
@@ -176,7 +178,7 @@ class IgniteRun:
         optimizer.register_step_post_hook(self.count_step)
         self.trainer = trainer = create_supervised_trainer(
             model, optimizer, functional.cross_entropy, device=self.device,
-            gradient_accumulation_steps=int(self.get("grad_accum_steps")))
+            **self.trainer_arguments())
         to_save: dict[str, object] = {"model": model, "optimizer": optimizer}
         self.schedulers = task_schedulers(task, optimizer, total_steps)
         for i, scheduler in enumerate(self.schedulers):
@@ -185,6 +187,14 @@ class IgniteRun:
             to_save["lr_scheduler" if i == 0 else f"lr_scheduler{i + 1}"] = handler
         to_save["trainer"] = trainer
         return to_save
+
+    def trainer_arguments(self) -> dict[str, Any]:
+        """``create_supervised_trainer``'s keywords beyond the model, optimizer, loss and
+        device: at Ignite's defaults but for the remedies named."""
+        args: dict[str, Any] = {"gradient_accumulation_steps": int(self.get("grad_accum_steps"))}
+        if "deterministic" in self.remedies:
+            args["deterministic"] = True
+        return args
 
     def attach_events(self, train_loader: Any) -> None:
         """The suite's own handlers, first on each trainer event: they observe what Ignite

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainspec.adapters import keras_causes
+from trainspec.adapters.keras_causes import REMEDIES
 from trainspec.adapters.keras_files import describe_keras_files
 from trainspec.adapters.keras_run import KerasRun, keras_module
 from trainspec.conformance.run.adapter import Capability, RunContext
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.spec.causes import Remedy, RootCause
+from trainspec.errors import AdapterError
 
-__all__ = ["KerasAdapter"]
+__all__ = ["REMEDIES", "KerasAdapter"]
 
 # Where in Keras 3.15 the behaviour behind each failing clause comes from (read in the
 # installed sources; paths relative to site-packages)
@@ -74,20 +78,40 @@ _SOURCES = {
     "CKPT-4": "keras/src/callbacks/backup_and_restore.py, BackupAndRestore._load_model: "
               "with no latest.weights.h5 in backup_dir, fit starts afresh without an "
               "error (by design: the first run of a job has no backup)",
+    "RES-4": "keras/src/callbacks/backup_and_restore.py, BackupAndRestore._save_model: backs "
+             "up the weights, the optimizer and training_metadata.json (epoch, batch), no RNG "
+             "state; keras/src/trainers/data_adapters/array_data_adapter.py, "
+             "ArrayDataAdapter.get_torch_dataloader: shuffle=True draws each epoch's order "
+             "from torch's global generator (RandomSampler), which a restarted job seeds "
+             "afresh (keras.utils.set_random_seed)",
+    "CKPT-5": "keras/src/backend/torch/trainer.py, TorchTrainer.fit: Keras installs no signal "
+              "handler (nothing in keras/ calls signal.signal), so SIGTERM's default action "
+              "ends the process where it is; keras/src/callbacks/backup_and_restore.py, "
+              "BackupAndRestore.on_epoch_end writes the backup at epoch ends only (its "
+              "docstring's save_before_preemption is not an argument in Keras 3)",
 }
 
 
 class KerasAdapter:
-    """Runs scenarios through ``keras.Model.fit`` (torch backend) on one CPU process."""
+    """Runs scenarios through ``keras.Model.fit`` (torch backend) on one CPU process, at Keras's
+    defaults (Keras has no remedy to name: :data:`REMEDIES` is empty)."""
 
     name = "keras"
 
+    def __init__(self, *remedies: str) -> None:
+        known = {r.name for r in REMEDIES}
+        unknown = sorted(set(remedies) - known)
+        if unknown:
+            raise AdapterError(f"keras adapter: unknown remedies {unknown}; it declares none "
+                               "(Keras has no documented switch, off by default, that should "
+                               "fix a failing clause)")
+        self.applied = frozenset(remedies)
+
     def capabilities(self) -> frozenset[Capability]:
         # not declared: multi_rank (keras.distribution has no torch backend: fit runs in one
-        # process), sigterm (fit has no signal handling),
-        # val_first (fit validates after epochs only; a model.evaluate before fit is not seen
-        # by ModelCheckpoint or EarlyStopping, so it cannot count), eval_only (needs
-        # val_first), rng_state (BackupAndRestore backs up weights, optimizer and epoch only)
+        # process), val_first (fit validates after epochs only; a model.evaluate before fit is
+        # not seen by ModelCheckpoint or EarlyStopping, so it cannot count), eval_only (needs
+        # val_first)
         return frozenset({"checkpoint", "resume", "finetune", "early_stopping",
                           "start_patience", "val_every_n", "test_pass", "debug", "grad_accum"})
 
@@ -100,6 +124,12 @@ class KerasAdapter:
         """Where in Keras 3.15 the behaviour behind each failing clause comes from (read in the
         installed sources; paths relative to site-packages)."""
         return dict(_SOURCES)
+
+    def root_causes(self) -> tuple[RootCause, ...]:
+        return keras_causes.ROOT_CAUSES
+
+    def remedies(self) -> tuple[Remedy, ...]:
+        return REMEDIES
 
     def describe_checkpoints(self, root: Path) -> list[FileRecord]:
         """Every file under ``root``: BackupAndRestore's ``backup/latest.weights.h5`` as the

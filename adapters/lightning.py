@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainspec.adapters import lightning_files
+from trainspec.adapters import lightning_causes, lightning_files
+from trainspec.adapters.lightning_causes import REMEDIES
 from trainspec.adapters.lightning_module import MONITOR, TaskModule, module_class
 from trainspec.conformance.run.adapter import Capability, RunContext
 from trainspec.conformance.run.files import FileRecord, describe_files
@@ -38,62 +39,44 @@ from trainspec.conformance.run.records import (
 )
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.task import plain_weights, task_data
+from trainspec.conformance.spec.causes import Remedy, RootCause
+from trainspec.errors import AdapterError
 
-__all__ = ["LightningAdapter"]
+__all__ = ["REMEDIES", "LightningAdapter"]
 
 
 class LightningAdapter:
-    """Runs scenarios through ``lightning.Trainer`` on one CPU process."""
+    """Runs scenarios through ``lightning.Trainer`` on one CPU process or on each rank of a
+    world launched as torchrun launches one, at Lightning's defaults but for the remedies
+    named (:data:`REMEDIES`)."""
 
     name = "lightning"
 
+    def __init__(self, *remedies: str) -> None:
+        known = {r.name for r in REMEDIES}
+        unknown = sorted(set(remedies) - known)
+        if unknown:
+            raise AdapterError(f"lightning adapter: unknown remedies {unknown}; expected some "
+                               f"of {sorted(known)}")
+        self.applied = frozenset(remedies)
+
     def capabilities(self) -> frozenset[Capability]:
-        # not declared: sigterm (Lightning turns SIGTERM into an exception, not a saved
-        # epoch), start_patience
-        # (EarlyStopping cannot express it), val_first (a validation before fit is not seen by
-        # ModelCheckpoint or EarlyStopping, so it cannot count), eval_only (needs val_first),
-        # rng_state (Lightning's checkpoints hold no RNG states)
+        # not declared: start_patience (EarlyStopping cannot express it), val_first (a
+        # validation before fit is not seen by ModelCheckpoint or EarlyStopping, so it cannot
+        # count), eval_only (needs val_first)
         return frozenset({"checkpoint", "resume", "finetune", "early_stopping", "val_every_n",
                           "test_pass", "debug", "grad_accum", "multi_rank"})
 
     def framework_sources(self) -> dict[str, str]:
         """Where in Lightning 2.6 the behaviour behind each failing clause comes from (read in
         the installed sources; paths relative to site-packages)."""
-        mc = "lightning/pytorch/callbacks/model_checkpoint.py, ModelCheckpoint"
-        nan_best = (f"{mc}._update_best_and_save: a NaN score is replaced by -inf (mode max) or "
-                    "+inf (mode min) and saved while the top-k list is not full; "
-                    "check_monitor_top_k compares with torch.gt/torch.lt, so +inf beats any best")
-        no_tracking = ("lightning/pytorch/trainer/connectors/callback_connector.py, "
-                       "_CallbackConnector._configure_checkpoint_callbacks: with "
-                       "enable_checkpointing=False (ckpt.enable=false) there is no "
-                       "ModelCheckpoint, and ModelCheckpoint is the only place Lightning tracks "
-                       "a best score")
-        return {
-            "BEST-1": no_tracking,
-            "PAT-5": no_tracking,
-            "LOOP-2": "lightning/pytorch/loops/training_epoch_loop.py, "
-                      "_TrainingEpochLoop._should_check_val_epoch: validates when "
-                      "(current_epoch + 1) % check_val_every_n_epoch == 0",
-            "BEST-4": f"{nan_best}; Trainer.test(ckpt_path='best') then loads that file",
-            "NAN-1": nan_best,
-            "NAN-2": nan_best,
-            "NAN-3": "lightning/pytorch/callbacks/early_stopping.py, "
-                     "EarlyStopping._evaluate_stopping_criteria: check_finite=True (the default) "
-                     "stops training at the first non-finite score",
-            "RES-5": "lightning/pytorch/strategies/strategy.py, "
-                     "Strategy.load_optimizer_state_dict: optimizer.load_state_dict(opt_state) "
-                     "for whatever optimizer configure_optimizers returns, with no check that it "
-                     "is the one the checkpoint was written with",
-            "DBG-3": f"{mc}.on_train_end: writes last.ckpt when save_last is set and none was "
-                     "saved, without the fast_dev_run guard its other save paths have "
-                     "(_should_skip_saving_checkpoint)",
-            "CKPT-1": f"{mc}.on_validation_end: last.ckpt is written only when a top-k "
-                      "checkpoint was saved at this step (save_last: 'a copy whenever a "
-                      "checkpoint file gets saved'), and every_n_epochs saves when "
-                      "(current_epoch + 1) % every_n_epochs == 0",
-            "CKPT-4": "lightning/fabric/utilities/cloud_io.py, _load: the error of torch.load "
-                      "on a damaged file is raised as is, without the checkpoint's path",
-        }
+        return dict(lightning_causes.SOURCES)
+
+    def root_causes(self) -> tuple[RootCause, ...]:
+        return lightning_causes.ROOT_CAUSES
+
+    def remedies(self) -> tuple[Remedy, ...]:
+        return REMEDIES
 
     def environment(self) -> dict[str, str | None]:
         import lightning
@@ -107,7 +90,7 @@ class LightningAdapter:
         return describe_files(root, lightning_files.role, lightning_files.describe)
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
-        _Run(scenario, ctx).run()
+        _Run(scenario, ctx, self.applied).run()
 
 
 class _Hooks:
@@ -175,8 +158,10 @@ def _callback_class() -> type[_Hooks]:
 class _Run:
     """One run of a scenario: the module, the callbacks, the Trainer; fit, then test."""
 
-    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+    def __init__(self, scenario: Scenario, ctx: RunContext,
+                 remedies: frozenset[str] = frozenset()) -> None:
         self.scenario, self.ctx, self.get = scenario, ctx, scenario.get
+        self.remedies = remedies  # the REMEDIES named: Lightning's defaults otherwise
         self.load_from = self.get("ckpt.load_from")
         self.resume = bool(self.get("ckpt.resume")) and not self.get("ckpt.model_only") \
             and self.load_from is not None
@@ -187,10 +172,7 @@ class _Run:
         self.loaders: dict[str, DataLoader[tuple[torch.Tensor, ...]]] = {}
 
     def run(self) -> None:
-        import lightning
-
-        seed = int(self.get("seed"))
-        lightning.seed_everything(seed, verbose=False)
+        seed = self.seed()
         self.loaders = self.build_loaders(task_data(self.scenario.task, seed))
         module = self.build_module()
         self.final = plain_weights(module.net.state_dict())
@@ -202,6 +184,15 @@ class _Run:
         self.ctx.record(RunEnd(train_step=int(trainer.global_step), final_weights=self.final,
                                best_model=None if best is None else best.weights,
                                best_file=best))
+
+    def seed(self) -> int:
+        """Seed as a Lightning script does, at the start of every process (and with
+        ``workers=True`` under the ``deterministic`` remedy); returns the seed."""
+        import lightning
+
+        seed = int(self.get("seed"))
+        lightning.seed_everything(seed, workers="deterministic" in self.remedies, verbose=False)
+        return seed
 
     def build_loaders(self, splits: Mapping[str, TensorDataset]
                       ) -> dict[str, DataLoader[tuple[torch.Tensor, ...]]]:
@@ -225,8 +216,13 @@ class _Run:
         return built(self.scenario, self.ctx.rank, total_steps)
 
     def build_callbacks(self) -> list[Any]:
-        """The hooks first, then ModelCheckpoint(s) and EarlyStopping as the keys ask."""
-        from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+        """The hooks first, then ModelCheckpoint(s) and EarlyStopping as the keys ask, and the
+        remedies' callbacks."""
+        from lightning.pytorch.callbacks import (
+            EarlyStopping,
+            ModelCheckpoint,
+            OnExceptionCheckpoint,
+        )
 
         mode = "min" if self.get("val.minimize") else "max"
         callbacks: list[Any] = [_callback_class()(self)]
@@ -235,25 +231,36 @@ class _Run:
             self.best_cb = ModelCheckpoint(dirpath=root, filename="best", monitor=MONITOR,
                                            mode=mode, save_last=bool(self.get("ckpt.save_last")))
             callbacks.append(self.best_cb)
+            if "on_exception_checkpoint" in self.remedies:  # on_exception.ckpt: role "last"
+                callbacks.append(OnExceptionCheckpoint(root))
             every = self.get("ckpt.every_n_epochs")
             if every:
                 callbacks.append(ModelCheckpoint(dirpath=root, every_n_epochs=every,
                                                  save_top_k=-1))
         patience = self.get("val.patience")
         if patience is not None:
-            callbacks.append(EarlyStopping(monitor=MONITOR, mode=mode, patience=patience))
+            finite: dict[str, bool] = {"check_finite": False} \
+                if "check_finite" in self.remedies else {}
+            callbacks.append(EarlyStopping(monitor=MONITOR, mode=mode, patience=patience,
+                                           **finite))
         return callbacks
 
     def build_trainer(self, callbacks: list[Any]) -> Any:
         import lightning
 
+        return lightning.Trainer(**self.trainer_arguments(callbacks))
+
+    def trainer_arguments(self, callbacks: list[Any]) -> dict[str, Any]:
+        """The ``Trainer`` keywords for the scenario's keys, at Lightning's defaults but for
+        the remedies named."""
         strategy: Any = "auto"
         if self.ctx.world_size > 1:  # launched as torchrun does; Lightning joins, spawns nothing
             from lightning.pytorch.strategies import DDPStrategy
 
             timeout = datetime.timedelta(seconds=float(self.get("ddp.timeout_s")))
             strategy = DDPStrategy(timeout=timeout)
-        return lightning.Trainer(
+        deterministic = {"deterministic": True} if "deterministic" in self.remedies else {}
+        return dict(
             max_epochs=int(self.get("num_epochs")), strategy=strategy,
             devices=self.ctx.world_size,
             check_val_every_n_epoch=int(self.get("val.every_n_epochs")),
@@ -261,7 +268,8 @@ class _Run:
             gradient_clip_val=self.get("grad_clip"), accelerator="cpu", logger=False,
             enable_progress_bar=False, enable_model_summary=False,
             enable_checkpointing=bool(self.get("ckpt.enable")), callbacks=callbacks,
-            default_root_dir=self.ctx.ckpt_root, fast_dev_run=bool(self.get("debug")))
+            default_root_dir=self.ctx.ckpt_root, fast_dev_run=bool(self.get("debug")),
+            **deterministic)
 
     def fit(self, trainer: Any, module: TaskModule) -> None:
         trainer.fit(module, train_dataloaders=self.loaders["train"],

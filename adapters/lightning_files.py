@@ -1,8 +1,11 @@
 """Lightning's checkpoint files in the suite's terms: their roles, what they hold.
 
 ``ModelCheckpoint`` writes ``last.ckpt``, ``best.ckpt`` (``-vN`` when the name is taken) and,
-with ``every_n_epochs``, ``epoch=N-step=M.ckpt``: the roles "last", "best" and "epoch". A file
-holds Lightning's own fields (``epoch``, ``global_step``, ``state_dict``...), read weights-only.
+with ``every_n_epochs``, ``epoch=N-step=M.ckpt``: the roles "last", "best" and "epoch";
+``OnExceptionCheckpoint`` (the ``on_exception_checkpoint`` remedy) writes ``on_exception.ckpt``
+when fit ends on an exception (SIGTERM's included): the state to resume from, role "last". A
+file holds Lightning's own fields (``epoch``, ``global_step``, ``state_dict``...), read
+weights-only.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ def role(name: str) -> Role | None:
     """The role of a Lightning checkpoint file under this adapter's names."""
     if not name.endswith(".ckpt"):
         return None
-    if re.match(r"^last(-v\d+)?\.ckpt$", name):
+    if re.match(r"^last(-v\d+)?\.ckpt$", name) or name == "on_exception.ckpt":
         return "last"
     if re.match(r"^best(-v\d+)?\.ckpt$", name):
         return "best"

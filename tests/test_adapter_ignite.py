@@ -8,6 +8,7 @@ under the right roles, epochs and steps.
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from trainspec.adapters.ignite_files import describe_ignite_files, file_role, pr
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.run.memory import MemoryContext
 from trainspec.conformance.run.records import RunEnd, Validation
+from trainspec.errors import AdapterError
 
 pytest.importorskip("ignite")
 
@@ -51,6 +53,12 @@ def test_ignite_adapter_gets_a_verdict_for_every_clause(
              and not (cid in STALE_REMOVE
                       and "DiskSaver.remove" in (c.get("framework_source") or ""))}
     assert not wired, f"the adapter's wiring of Ignite is broken: {wired}"
+    if world_size == 1:
+        # at its defaults Ignite saves no RNG state and handles no SIGTERM (the deterministic
+        # remedy is verified by the matrix)
+        for cid in ("RES-4", "CKPT-5"):
+            assert chosen[cid]["verdict"] == "fail", (cid, chosen[cid]["evidence"])
+            assert chosen[cid]["framework_source"].startswith("ignite/"), cid
 
 
 def test_importing_the_adapter_does_not_import_ignite() -> None:
@@ -118,3 +126,28 @@ def test_files_ignite_writes_are_described_by_role_epoch_and_step(tmp_path: Path
     assert end.best_model is not None
     assert end.best_model.keys() == vals[1].weights.keys()
     assert all(torch.equal(end.best_model[k], vals[1].weights[k]) for k in end.best_model)
+
+
+@pytest.mark.filterwarnings(TORCH_JIT_DEPRECATED)
+def test_ignite_runs_at_its_defaults_unless_a_remedy_is_named(tmp_path: Path) -> None:
+    # create_supervised_trainer(deterministic=...) stays at Ignite's default unless the
+    # deterministic remedy is named; then the trainer is Ignite's DeterministicEngine
+    from ignite.engine import DeterministicEngine, create_supervised_trainer
+
+    from trainspec.adapters.ignite_run import IgniteRun
+
+    assert {r.name for r in IgniteAdapter().remedies()} == {"deterministic"}
+    s = make_scenario("defaults", [0.1, 0.2])
+    default = inspect.signature(create_supervised_trainer).parameters["deterministic"].default
+    run = IgniteRun(s, MemoryContext(tmp_path))
+    assert run.trainer_arguments().get("deterministic", default) is default is False
+    run.build_loaders()
+    run.build_trainer(total_steps=12)
+    assert not isinstance(run.trainer, DeterministicEngine)
+    on = IgniteRun(s, MemoryContext(tmp_path), frozenset({"deterministic"}))
+    assert on.trainer_arguments()["deterministic"] is True
+    on.build_loaders()
+    on.build_trainer(total_steps=12)
+    assert isinstance(on.trainer, DeterministicEngine)
+    with pytest.raises(AdapterError, match=r"unknown remedies.*deterministic"):
+        IgniteAdapter("determinism")
