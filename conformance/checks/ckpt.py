@@ -34,8 +34,13 @@ CONTENTS = ("epoch", "step", "run_id", "config", *ITEMS)
 
 
 def _content_problem(f: FileRecord) -> str | None:
-    if f.error:
+    if f.error and not f.weights_only_error and "weights only" in f.error.lower():
+        # an adapter that reads its files weights-only only says so in ``error``
         return f"does not load with weights_only=True ({f.error})"
+    if f.error:
+        return f"does not load ({f.error})"
+    if f.weights_only_error:
+        return f"does not load with weights_only=True ({f.weights_only_error})"
     if f.holds is not None:  # a framework's own format, described by its adapter
         missing = [k for k in CONTENTS if k not in f.holds]
         if missing:

@@ -1,0 +1,60 @@
+"""One fault, one fail: a trainer's single slip is charged to its own clause, not to every
+clause whose check happens to run into it.
+
+Each test runs a small trainer of the shape the fault came from (the mutants in
+tests/mutants/ carry one slip each) through the clauses the slip used to spill into, and
+asserts the new verdicts and their evidence.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainspec.conformance.run.harness import Harness
+from trainspec.conformance.runner import resolve_target, run_checks
+from trainspec.conformance.spec.results import Report
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[Harness]:
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), previous) if p)
+    try:
+        with Harness(resolve_target("reference").adapter, timeout_s=60) as h:
+            yield h
+    finally:
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
+
+
+def _check(harness: Harness, trainer: str, clauses: str) -> Report:
+    return run_checks(resolve_target(base_trainer=trainer), clauses=clauses, world_size=1,
+                      harness=harness, max_examples=20)
+
+
+def _verdicts(report: Report) -> dict[str, str]:
+    return {c.id: c.verdict for c in report.clauses if c.id in report.selected}
+
+
+def test_a_config_object_pickled_into_every_checkpoint_fails_ckpt_1_alone(
+        harness: Harness) -> None:
+    """The files load only with the trainer's config classes allowed: resume, finetune and
+    best-file behaviour are judged on what the files hold (and pass), the weights-only refusal
+    is CKPT-1's, quoted by its actionable line."""
+    report = _check(harness, "tests.mutants.ckpt:PicklesTheConfigAndReadsItBack",
+                    "BEST,RES,FT,CKPT")
+    verdicts = _verdicts(report)
+    assert {c for c, v in verdicts.items() if v != "pass"} == {"CKPT-1"}, verdicts
+    evidence = report.clause("CKPT-1").evidence
+    assert "does not load with weights_only=True" in evidence
+    assert "Unsupported global: GLOBAL trainspec.reference.config." in evidence
+    assert "This file can still be loaded" not in evidence
+    assert "\x1b" not in evidence
