@@ -58,3 +58,25 @@ def test_a_config_object_pickled_into_every_checkpoint_fails_ckpt_1_alone(
     assert "Unsupported global: GLOBAL trainspec.reference.config." in evidence
     assert "This file can still be loaded" not in evidence
     assert "\x1b" not in evidence
+
+
+def test_a_trainer_stopping_one_validation_late_fails_pat_1_not_pat_2(
+        harness: Harness) -> None:
+    """Its refill works: PAT-2 judges the refill against the trainer's own stop rule."""
+    report = _check(harness, "tests.mutants.pat:StopsOneValidationLate", "PAT-1,PAT-2,NAN-3")
+    assert _verdicts(report) == {"PAT-1": "fail", "PAT-2": "pass", "NAN-3": "pass"}
+    assert "expected ['epoch 0', 'epoch 1', 'epoch 2']" in report.clause("PAT-1").evidence
+
+
+def test_nan_3_reports_the_inf_case_a_late_stopping_trainer_mishandles(
+        harness: Harness) -> None:
+    """The NaN cases it handles pass under its own stop rule; the +inf case that refills the
+    counter is the one NAN-3 reports."""
+    report = _check(harness, "tests.seed_shape.one_fault:StopsLateAndInfRefills",
+                    "PAT-1,PAT-2,NAN-3")
+    assert _verdicts(report) == {"PAT-1": "fail", "PAT-2": "pass", "NAN-3": "fail"}
+    evidence = report.clause("NAN-3").evidence
+    assert "the validation after epoch 2 scored inf and was taken as an improvement" in evidence
+    assert "nan-patience" not in evidence
+    assert "[0.5, nan, nan" not in evidence
+    assert "judged with the trainer's own stop rule" in evidence

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check, property_check
-from trainspec.conformance.checks.common import make_scenario, match_decisions, weights_diff
+from trainspec.conformance.checks.common import (
+    make_scenario,
+    match_decisions,
+    match_own_stop_rule,
+    weights_diff,
+)
 from trainspec.conformance.run.trace import RankTrace
 
 __all__: list[str] = []
@@ -50,10 +55,15 @@ def _judge_stop_at_first(r: RankTrace) -> None:
 
 @check("PAT-2", requires={"early_stopping"}, covers=("PAT-2.1",))
 def check_improvement_refills_patience(ctx: CheckContext) -> str:
-    """An improvement refills the counter to p."""
-    s = make_scenario("pat-refill", [0.5, 0.4, 0.6, 0.5, 0.7, 0.6, 0.5, 0.4],
+    """An improvement refills the counter to p.
+
+    Judged against the trainer's own stop rule: where a run stops after a refill is compared
+    with where the trainer stops without one, so a trainer that stops late is charged under
+    PAT-1 alone."""
+    # scores worse to the end after epoch 4: a trainer stopping late still stops in the run
+    s = make_scenario("pat-refill", [0.5, 0.4, 0.6, 0.5, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2],
                       cfg={"val.patience": 2})
-    outcome = match_decisions("PAT-2", s, ctx.completed(s))
+    outcome = match_own_stop_rule(ctx, "PAT-2", s, ctx.completed(s))
     return f"improvements at epochs 2 and 4 refilled patience; stopped after epoch " \
         f"{outcome.stop_epoch}"
 
