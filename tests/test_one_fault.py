@@ -80,3 +80,20 @@ def test_nan_3_reports_the_inf_case_a_late_stopping_trainer_mishandles(
     assert "nan-patience" not in evidence
     assert "[0.5, nan, nan" not in evidence
     assert "judged with the trainer's own stop rule" in evidence
+
+
+def test_capability_gates_are_per_case(harness: Harness) -> None:
+    """A trainer without val.first or val.every_n_epochs is judged on every case that needs
+    neither (n/a only when no case could run), and each pass names the cases not run."""
+    target = resolve_target("tests.seed_shape.fixed_schedule:ValidatesEveryEpoch")
+    report = run_checks(target, clauses="LOOP-2,LOOP-3,PAT-4,BEST-3", world_size=1,
+                        harness=harness, max_examples=20)
+    assert _verdicts(report) == {"LOOP-2": "pass", "LOOP-3": "n/a", "PAT-4": "pass",
+                                 "BEST-3": "pass"}
+    (pat_4,) = report.clause("PAT-4").checks
+    assert "not run: the val.first case (the target does not declare val_first)" in \
+        pat_4.evidence
+    (loop_2,) = report.clause("LOOP-2").checks
+    assert "not run: val.every_n_epochs=2 and 3 (the target does not declare val_every_n); " \
+        "val.first (the target does not declare val_first)" in loop_2.evidence
+    assert "validated after epoch 0/epoch 1/epoch 2" in loop_2.evidence

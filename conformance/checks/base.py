@@ -165,6 +165,20 @@ class CheckContext:
     # the runs the running check looked at, by scenario name (a rerun replaces the first):
     # a pass needs each to show its scenario carried out (run_check)
     judged: dict[str, tuple[Scenario, Trace]] = field(default_factory=dict)
+    # the running check's cases that could not run here, each with the capabilities it lacks
+    skipped: list[str] = field(default_factory=list)
+
+    def can(self, *needs: Capability, case: str) -> bool:
+        """Whether the case ``case``, which needs ``needs`` beyond what the whole check
+        requires, can run on this target; one that cannot is noted, and a pass says so.
+
+        Capability gates are per case: ``@check(requires=...)`` names what every case needs
+        (the check is n/a without it), :meth:`can` what one case needs besides.
+        """
+        missing = sorted(set(needs) - self.capabilities)
+        if missing:
+            self.skipped.append(f"{case} (the target does not declare {', '.join(missing)})")
+        return not missing
 
     def run(self, scenario: Scenario) -> Trace:
         """The trace of one run (cached: a scenario is deterministic)."""
@@ -264,7 +278,7 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
     missing = sorted(spec.requires - ctx.capabilities)
     if missing:
         return result("n/a", f"the target does not declare {', '.join(missing)}")
-    runs, ctx.runs, ctx.judged = ctx.runs, _Watched(ctx.runs, ctx), {}
+    runs, ctx.runs, ctx.judged, ctx.skipped = ctx.runs, _Watched(ctx.runs, ctx), {}, []
     try:
         try:
             evidence = spec.func(ctx)
@@ -295,6 +309,8 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
                       f"{actionable_line(str(e))}", traceback.format_exc())
     finally:
         ctx.runs = runs
+    if ctx.skipped:
+        evidence = f"{evidence}; not run: {'; '.join(ctx.skipped)}"
     return result("passed", evidence)
 
 
