@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from trainspec.conformance.report.json_io import from_json, to_json
+from trainspec.conformance.report.text import format_table, to_markdown
 from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.runner import resolve_target, run_checks
 from trainspec.conformance.spec.results import Report
@@ -97,3 +99,24 @@ def test_capability_gates_are_per_case(harness: Harness) -> None:
     assert "not run: val.every_n_epochs=2 and 3 (the target does not declare val_every_n); " \
         "val.first (the target does not declare val_first)" in loop_2.evidence
     assert "validated after epoch 0/epoch 1/epoch 2" in loop_2.evidence
+
+
+def test_one_cause_behind_several_clauses_is_grouped_in_every_report(
+        harness: Harness) -> None:
+    """Every resume raises the same error: the table, the Markdown and the JSON name the
+    cause once, with the clauses behind it, on its actionable line without escapes."""
+    report = _check(harness, "tests.seed_shape.one_fault:ResumeRaises", "RES-1,RES-2,RES-4")
+    assert _verdicts(report) == {"RES-1": "fail", "RES-2": "fail", "RES-4": "fail"}
+    cause = "the run raised: RuntimeError: cannot restore the sampler: no 'sampler_state' " \
+        "in the checkpoint"
+    assert {report.clause(c).cause for c in ("RES-1", "RES-2", "RES-4")} == {cause}
+    group = f"3 clauses (RES-1, RES-2, RES-4): {cause}"
+    assert f"one cause behind several clauses:\n  {group}" in format_table(report, color=False)
+    assert f"- {group}" in to_markdown(report)
+    data = to_json(report)
+    assert data["shared_causes"] == [{"cause": cause, "clauses": ["RES-1", "RES-2", "RES-4"]}]
+    assert from_json(data).clause("RES-2").cause == cause
+    # a reader that predates the keys still reads the report
+    old = {k: v for k, v in data.items() if k != "shared_causes"}
+    old["clauses"] = [{k: v for k, v in c.items() if k != "cause"} for c in data["clauses"]]
+    assert from_json(old).clause("RES-2").cause == ""

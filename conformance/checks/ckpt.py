@@ -77,7 +77,10 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
         if f.role is not None:
             problem = _content_problem(f)
             if problem:
-                raise CheckFailed(f"CKPT-1: {f.name} {problem}")
+                refused = f.weights_only_error if problem.endswith(f"({f.weights_only_error})") \
+                    else None
+                raise CheckFailed(f"CKPT-1: {f.name} {problem}", cause="" if refused is None
+                                  else f"a checkpoint that does not load weights-only: {refused}")
     for e in r.train_epochs[1:]:
         if e.last_file_epoch != e.epoch - 1:
             raise CheckFailed(f"CKPT-1: when epoch {e.epoch} started, last.pt said epoch "
