@@ -75,7 +75,9 @@ def check_nonfinite_score_counts_once_for_patience(ctx: CheckContext) -> str:
     if failures:
         head = "" if len(failures) == 1 else \
             f"NAN-3: {len(failures)} of {len(cases)} non-finite cases failed: "
-        raise CheckFailed(head + "; ".join(e.evidence for e in failures),
+        said = [e.evidence if not head else e.evidence.removeprefix("NAN-3: ")
+                for e in failures]
+        raise CheckFailed(head + "; ".join(said),
                           "\n".join(e.detail for e in failures if e.detail))
     return f"non-finite scores counted once each; stops after epochs {', '.join(stops)}, as " \
         "the oracle says"
