@@ -298,13 +298,17 @@ def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],
         mine = [r for r in results if clause.id in r.clauses]
         reason = deviations.get(clause.id)
         verdict, evidence, note = _verdict(clause.id, mine, selected, reason, world_size)
+        # the cause of the check whose evidence the clause shows
+        cause = "" if verdict in ("pass", "n/a") else next(
+            (r.cause for r in mine if r.evidence == evidence), "")
         out.append(ClauseResult(
             id=clause.id, level=clause.level, title=clause.title, verdict=verdict,
             evidence=evidence, checks=tuple(mine), deviation_reason=reason, note=note,
             framework_source=sources.get(clause.id) if verdict in ("fail", "deviation")
             else None,
             docs=docs_link(clause.id, docs_url)
-            if verdict != "pass" and clause.id in selected else None))
+            if verdict != "pass" and clause.id in selected else None,
+            cause=cause))
     return tuple(out)
 
 

@@ -88,3 +88,51 @@ def test_ckpt_1_judges_what_an_adapter_says_a_file_holds_not_the_seed_key_names(
     assert _content_problem(record(keys=["epoch", "global_step", "state_dict"])) == (
         "lacks train_step, run_id, config, model_state_dict, optimizer_state_dict, "
         "scheduler_state_dict")
+
+
+def test_a_pickled_config_object_is_read_and_its_weights_only_refusal_kept_apart(
+        tmp_path: Path) -> None:
+    from trainspec.reference.config import TrainConfig
+
+    config = TrainConfig.from_mapping({"num_epochs": 2})
+    torch.save({"epoch": 1, "train_step": 4, "run_id": "r", "config": config},
+               tmp_path / "last.pt")
+    (record,) = describe_seed_files(tmp_path)
+    # read as its trainer reads it: progress and keys are there to judge
+    assert (record.error, record.epoch, record.step) == (None, 1, 4)
+    assert record.types["config"] == "TrainConfig"
+    # the weights-only refusal is a fact of its own, on its actionable line, without escapes
+    assert record.weights_only_error is not None
+    assert "Unsupported global: GLOBAL trainspec.reference.config." in \
+        record.weights_only_error
+    assert "This file can still be loaded" not in record.weights_only_error
+    assert "\x1b" not in record.weights_only_error
+    again = FileRecord.from_json(record.to_json())
+    assert again == record
+    # a description from before the field existed still reads
+    old = {k: v for k, v in record.to_json().items() if k != "weights_only_error"}
+    assert FileRecord.from_json(old).weights_only_error is None
+
+
+def test_a_file_that_would_call_a_function_is_not_read_another_way(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    torch.save({"epoch": 0, "payload": _RunsCode(str(marker))}, tmp_path / "last.pt")
+    (record,) = describe_seed_files(tmp_path)
+    assert record.error is not None
+    assert record.weights_only_error is not None
+    assert "mkdir is not plain data" in record.error
+    assert record.epoch is None
+    assert not marker.exists()
+
+
+def test_ckpt_1_alone_names_the_weights_only_refusal() -> None:
+    from trainspec.conformance.checks.ckpt import _content_problem
+
+    refused = "UnpicklingError: Weights only load failed: Unsupported global: GLOBAL a.B"
+    record = FileRecord(relpath="last.pt", size=1, mtime_ns=1, role="last", epoch=0, step=1,
+                        keys=("config", "epoch"), types={"config": "B"},
+                        weights_only_error=refused)
+    assert _content_problem(record) == f"does not load with weights_only=True ({refused})"
+    torn = FileRecord(relpath="last.pt", size=1, mtime_ns=1, role="last",
+                      error="RuntimeError: PytorchStreamReader failed", weights_only_error=refused)
+    assert _content_problem(torn) == "does not load (RuntimeError: PytorchStreamReader failed)"

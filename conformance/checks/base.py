@@ -27,7 +27,7 @@ from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.trace import RankTrace, Trace
 from trainspec.conformance.spec.printable import printable
-from trainspec.conformance.spec.results import CheckOutcome, CheckResult
+from trainspec.conformance.spec.results import CheckOutcome, CheckResult, normal_cause
 from trainspec.errors import AdapterError, HarnessError
 
 __all__ = [
@@ -44,11 +44,13 @@ __all__ = [
 
 
 class CheckFailed(Exception):
-    """The trainer violated the clause; the message is the evidence line."""
+    """The trainer violated the clause; the message is the evidence line. ``cause``, when
+    the same fault can show under other clauses too, says it in words they share (reports
+    group the clauses behind one cause)."""
 
-    def __init__(self, evidence: str, detail: str = "") -> None:
+    def __init__(self, evidence: str, detail: str = "", *, cause: str = "") -> None:
         super().__init__(evidence)
-        self.evidence, self.detail = evidence, detail
+        self.evidence, self.detail, self.cause = evidence, detail, cause
 
 
 class NotApplicable(Exception):
@@ -65,6 +67,7 @@ class RunBroke(Exception):
         self.ours = bad.is_ours
         where = f" on rank {bad.rank}" if len(trace.ranks) > 1 else ""
         super().__init__(f"scenario {scenario.name!r}: the run {bad.status}{where}: {bad.error}")
+        self.cause = f"the run {bad.status}: {bad.error}"
         details = []
         for r in trace.ranks:
             if r.status != "completed" and r.detail:
@@ -165,6 +168,20 @@ class CheckContext:
     # the runs the running check looked at, by scenario name (a rerun replaces the first):
     # a pass needs each to show its scenario carried out (run_check)
     judged: dict[str, tuple[Scenario, Trace]] = field(default_factory=dict)
+    # the running check's cases that could not run here, each with the capabilities it lacks
+    skipped: list[str] = field(default_factory=list)
+
+    def can(self, *needs: Capability, case: str) -> bool:
+        """Whether the case ``case``, which needs ``needs`` beyond what the whole check
+        requires, can run on this target; one that cannot is noted, and a pass says so.
+
+        Capability gates are per case: ``@check(requires=...)`` names what every case needs
+        (the check is n/a without it), :meth:`can` what one case needs besides.
+        """
+        missing = sorted(set(needs) - self.capabilities)
+        if missing:
+            self.skipped.append(f"{case} (the target does not declare {', '.join(missing)})")
+        return not missing
 
     def run(self, scenario: Scenario) -> Trace:
         """The trace of one run (cached: a scenario is deterministic)."""
@@ -255,16 +272,18 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
     started = time.monotonic()
     scratch = str(ctx.runs.root)
 
-    def result(outcome: CheckOutcome, evidence: str, detail: str = "") -> CheckResult:
+    def result(outcome: CheckOutcome, evidence: str, detail: str = "",
+               cause: str = "") -> CheckResult:
         return CheckResult(name=spec.name, clauses=spec.clauses, outcome=outcome,
                            evidence=printable(portable(evidence, scratch)),
                            duration_s=round(time.monotonic() - started, 3),
-                           detail=printable(portable(detail, scratch)))
+                           detail=printable(portable(detail, scratch)),
+                           cause=normal_cause(printable(portable(cause, scratch))))
 
     missing = sorted(spec.requires - ctx.capabilities)
     if missing:
         return result("n/a", f"the target does not declare {', '.join(missing)}")
-    runs, ctx.runs, ctx.judged = ctx.runs, _Watched(ctx.runs, ctx), {}
+    runs, ctx.runs, ctx.judged, ctx.skipped = ctx.runs, _Watched(ctx.runs, ctx), {}, []
     try:
         try:
             evidence = spec.func(ctx)
@@ -275,18 +294,15 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
             return result("n/a", str(e))
         _carried_out(spec, ctx)
     except CheckFailed as e:
-        return result("failed", e.evidence, e.detail)
+        return result("failed", e.evidence, e.detail, e.cause)
     except RunBroke as e:
-        if e.timed_out:
-            return result("timeout", str(e), e.detail)
-        if e.ours:
-            return result("error", str(e), e.detail)
-        return result("failed", str(e), e.detail)
+        outcome: CheckOutcome = "timeout" if e.timed_out else "error" if e.ours else "failed"
+        return result(outcome, str(e), e.detail, e.cause)
     except PropertyTimeout as e:
         return result("timeout", str(e), e.detail)
     except (HarnessError, AdapterError) as e:
-        return result("error", f"{type(e).__name__}: {actionable_line(str(e))}",
-                      traceback.format_exc())
+        said = f"{type(e).__name__}: {actionable_line(str(e))}"
+        return result("error", said, traceback.format_exc(), said)
     except Exception as e:
         lacking = _lacking(spec, ctx)  # a check tripped over runs that hold nothing
         if lacking is not None:
@@ -295,6 +311,8 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
                       f"{actionable_line(str(e))}", traceback.format_exc())
     finally:
         ctx.runs = runs
+    if ctx.skipped:
+        evidence = f"{evidence}; not run: {'; '.join(ctx.skipped)}"
     return result("passed", evidence)
 
 

@@ -55,7 +55,7 @@ def _identity(f: FileSnapshot | None) -> tuple[int, int, int | None] | None:
 def check_best_file_follows_improvements(ctx: CheckContext) -> str:
     """best.pt is written on each improvement and only then, with that epoch's weights."""
     cases = [make_scenario("best-file", [0.3, 0.5, 0.4, 0.6, 0.6])]
-    if "val_first" in ctx.capabilities:
+    if ctx.can("val_first", case="the val.first case"):
         # val.first improves on nothing yet, so it writes best.pt, for epoch -1; nothing after
         cases.append(make_scenario("best-file-first", [0.1, 0.2, 0.4], first=0.5))
     writes = [_judge_best_writes(ctx.completed(s).rank0) for s in cases]

@@ -67,10 +67,10 @@ def resume_after(ctx: CheckContext, clause: str, s: Scenario, interrupted: Trace
     last = interrupted.newest("last")
     if last is None:
         raise CheckFailed(f"{clause}: {how}, the run left no last.pt to resume from (CKPT-1 "
-                          "asks for one every epoch)")
-    if last.error:
-        raise CheckFailed(f"{clause}: {how}, the last.pt left does not load with "
-                          f"weights_only=True: {last.error}")
+                          "asks for one every epoch)", cause="no last.pt written")
+    if last.error:  # not at all, as its trainer loads it (weights-only is CKPT-1's matter)
+        raise CheckFailed(f"{clause}: {how}, the last.pt left does not load: {last.error}",
+                          cause=f"a last.pt that does not load: {last.error}")
     second = with_load(s, str(root / last.relpath), resume=True, name=f"{s.name}-resumed")
     resumed = ctx.runs.run(second, ckpt_root=root)
     if not resumed.completed:
@@ -93,7 +93,9 @@ def source_checkpoint(ctx: CheckContext, clause: str, s: Scenario) -> tuple[Trac
     last = trace.newest("last")
     if last is None or last.error:
         raise CheckFailed(f"{clause}: the source run left no loadable last.pt "
-                          f"({'missing' if last is None else last.error})")
+                          f"({'missing' if last is None else last.error})",
+                          cause="no last.pt written" if last is None else
+                          f"a last.pt that does not load: {last.error}")
     ctx.memo[key] = (trace, str(root / last.relpath))
     return trace, str(root / last.relpath)
 

@@ -34,8 +34,13 @@ CONTENTS = ("epoch", "step", "run_id", "config", *ITEMS)
 
 
 def _content_problem(f: FileRecord) -> str | None:
-    if f.error:
+    if f.error and not f.weights_only_error and "weights only" in f.error.lower():
+        # an adapter that reads its files weights-only only says so in ``error``
         return f"does not load with weights_only=True ({f.error})"
+    if f.error:
+        return f"does not load ({f.error})"
+    if f.weights_only_error:
+        return f"does not load with weights_only=True ({f.weights_only_error})"
     if f.holds is not None:  # a framework's own format, described by its adapter
         missing = [k for k in CONTENTS if k not in f.holds]
         if missing:
@@ -72,7 +77,10 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
         if f.role is not None:
             problem = _content_problem(f)
             if problem:
-                raise CheckFailed(f"CKPT-1: {f.name} {problem}")
+                refused = f.weights_only_error if problem.endswith(f"({f.weights_only_error})") \
+                    else None
+                raise CheckFailed(f"CKPT-1: {f.name} {problem}", cause="" if refused is None
+                                  else f"a checkpoint that does not load weights-only: {refused}")
     for e in r.train_epochs[1:]:
         if e.last_file_epoch != e.epoch - 1:
             raise CheckFailed(f"CKPT-1: when epoch {e.epoch} started, last.pt said epoch "

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from trainspec.conformance.checks.base import CheckFailed
+from trainspec.conformance.checks.base import CheckContext, CheckFailed
 from trainspec.conformance.run.records import StatePart, TrainerState, Validation, Weights
 from trainspec.conformance.run.scenario import Scenario, ScoreScript, Task
 from trainspec.conformance.run.trace import RankTrace, Trace, first_difference
@@ -20,6 +20,7 @@ __all__ = [
     "label",
     "make_scenario",
     "match_decisions",
+    "match_own_stop_rule",
     "same_weights",
     "weights_diff",
 ]
@@ -123,6 +124,50 @@ def _match_rank(clause: str, s: Scenario, r: RankTrace, expected: Outcome, what:
         if trained != list(expected.epochs_trained):
             raise CheckFailed(f"{clause}: epochs trained{on} {trained}, expected "
                               f"{list(expected.epochs_trained)} {context}")
+
+
+# one improvement (epoch 0), then only worse scores: where the run stops shows the trainer's
+# own stop rule, the count of consecutive non-improvements that ends it at val.patience=2
+_STOP_RULE = ("pat-own-stop-rule", [0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01], 2)
+
+
+def own_stop_offset(ctx: CheckContext) -> int:
+    """How many validations later (positive) or earlier than val.patience says the trainer
+    stops, as a run of one improvement and then only worse scores shows; 0 when it stops on
+    time or never stops there. Whether it stops on time is PAT-1's matter: checks of other
+    clauses that watch stops (PAT-2's refill, NAN-3's counting) judge against this rule."""
+    name, scores, patience = _STOP_RULE
+    key = "own-stop-offset"
+    cached = ctx.memo.get(key)
+    if isinstance(cached, int):
+        return cached
+    r = ctx.completed(make_scenario(name, scores, cfg={"val.patience": patience})).rank0
+    offset, count = 0, 0
+    for v in r.validations:
+        count = 0 if v.improved else count + 1
+        if v.stop:
+            offset = count - patience if count > 0 else 0
+            break
+    ctx.memo[key] = offset
+    return offset
+
+
+def match_own_stop_rule(ctx: CheckContext, clause: str, s: Scenario, trace: Trace) -> Outcome:
+    """:func:`match_decisions` against the oracle run with the trainer's own stop rule
+    (:func:`own_stop_offset`): a trainer that stops one validation late is charged under
+    PAT-1 alone, not under every clause whose scenario ends in a stop."""
+    offset = own_stop_offset(ctx)
+    patience = s.get("val.patience")
+    if not offset or patience is None or patience + offset < 1:
+        return match_decisions(clause, s, trace)
+    own = s.with_config(**{"val.patience": patience + offset})
+    try:
+        return match_decisions(clause, own, trace)
+    except CheckFailed as e:
+        raise CheckFailed(f"{e.evidence} [judged with the trainer's own stop rule: it stops "
+                          f"after {_STOP_RULE[2] + offset} non-improvements at val.patience="
+                          f"{_STOP_RULE[2]} (PAT-1's matter), so val.patience={patience} reads "
+                          f"as {patience + offset} here]", e.detail) from None
 
 
 ITEMS: tuple[StatePart, ...] = ("optimizer", "scheduler")  # registered items besides weights

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import interrupt_and_resume
 from trainspec.conformance.checks.common import label, make_scenario, match_decisions
 from trainspec.conformance.run.scenario import CrashPoint, Scenario
@@ -30,21 +30,20 @@ def check_loop_trains_each_epoch_once_in_order(ctx: CheckContext) -> str:
 @check("LOOP-2", covers=("LOOP-2.1", "LOOP-2.2", "LOOP-2.3", "LOOP-2.6"))
 def check_loop_validates_on_schedule(ctx: CheckContext) -> str:
     """Validation follows every_n_epochs, always runs after the final epoch, and val.first:
-    each part judged where the target declares it (val_every_n, val_first)."""
-    caps = ctx.capabilities
-    if not caps & {"val_every_n", "val_first"}:
-        raise NotApplicable("the target declares neither val_every_n nor val_first")
-    cases = []
-    if "val_every_n" in caps:
+    the default schedule (after every epoch) for every target, the other parts where the
+    target declares them (val_every_n, val_first)."""
+    cases = [make_scenario("loop-every-1", [0.1] * 3)]
+    if ctx.can("val_every_n", case="val.every_n_epochs=2 and 3"):
         cases += [make_scenario("loop-every-2", [0.1] * 5, cfg={"val.every_n_epochs": 2}),
                   make_scenario("loop-every-3", [0.1] * 5, cfg={"val.every_n_epochs": 3})]
-    if "val_first" in caps:
+    if ctx.can("val_first", case="val.first"):
         cases.append(make_scenario("loop-first", [0.1, 0.2], first=0.05))
     seen = []
     for s in cases:
         outcome = match_decisions("LOOP-2", s, ctx.completed(s), what="schedule")
         seen.append("/".join(label(d.epoch) for d in outcome.decisions))
-    if {"val_first", "resume", "checkpoint"} <= caps:
+    if any(s.name == "loop-first" for s in cases) and \
+            ctx.can("resume", "checkpoint", case="no val.first again on resume"):
         # val.first belongs to the run's start: a resume continues the run, it does not restart
         s = make_scenario("loop-first-resume", [0.1, 0.2, 0.3, 0.4], first=0.05)
         pair = interrupt_and_resume(ctx, "LOOP-2", s, CrashPoint(where="train_start", epoch=2))
@@ -77,18 +76,18 @@ def check_loop_zero_epochs_is_eval_only(ctx: CheckContext) -> str:
     return "num_epochs=0: no training step, val.first ran, test ran once"
 
 
-@check("LOOP-4", requires={"test_pass", "early_stopping"},
+@check("LOOP-4", requires={"test_pass"},
        covers=("LOOP-4.1", "LOOP-4.2", "LOOP-4.3", "LOOP-4.4"))
 def check_loop_tests_once_after_the_loop(ctx: CheckContext) -> str:
     """The test pass runs once after the loop, after exhaustion or any early stop; never if off.
 
     An early stop at the val.first validation, before any training, counts too (LOOP-4.3)."""
     cases: dict[str, Scenario] = {
-        "exhaustion": make_scenario("loop-test-exhaust", [0.1, 0.2, 0.3]),
-        "early stop": make_scenario("loop-test-stop", [0.5, 0.4, 0.3, 0.2],
-                                    cfg={"val.patience": 1}),
-    }
-    if "val_first" in ctx.capabilities:
+        "exhaustion": make_scenario("loop-test-exhaust", [0.1, 0.2, 0.3])}
+    if ctx.can("early_stopping", case="the early-stop cases"):
+        cases["early stop"] = make_scenario("loop-test-stop", [0.5, 0.4, 0.3, 0.2],
+                                            cfg={"val.patience": 1})
+    if "early stop" in cases and ctx.can("val_first", case="an early stop at val.first"):
         # a NaN at val.first exhausts patience 1: the loop ends before any epoch trains
         cases["an early stop at val.first"] = make_scenario(
             "loop-test-stop-first", [0.5, 0.6], first=float("nan"), cfg={"val.patience": 1})

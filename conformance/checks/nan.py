@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check, property_check
-from trainspec.conformance.checks.common import make_scenario, match_decisions, weights_diff
+from trainspec.conformance.checks.common import (
+    make_scenario,
+    match_decisions,
+    match_own_stop_rule,
+    weights_diff,
+)
 
 __all__: list[str] = []
 
@@ -48,7 +53,10 @@ def check_leading_nonfinite_scores_leave_best_clean(ctx: CheckContext) -> str:
 
 @check("NAN-3", requires={"early_stopping"}, covers=("NAN-3.1", "NAN-3.2", "NAN-3.3", "NAN-3.4"))
 def check_nonfinite_score_counts_once_for_patience(ctx: CheckContext) -> str:
-    """A non-finite score is one non-improving validation: no crash, refill or instant stop."""
+    """A non-finite score is one non-improving validation: no crash, refill or instant stop.
+
+    Every case is judged and every failing one reported; stops are judged against the
+    trainer's own stop rule (a trainer that stops late is PAT-1's matter)."""
     cases = [
         make_scenario("nan-patience-3", [0.5, NAN, NAN, 0.4, 0.3, 0.2],
                       cfg={"val.patience": 3}),
@@ -57,10 +65,20 @@ def check_nonfinite_score_counts_once_for_patience(ctx: CheckContext) -> str:
         make_scenario("nan-patience-inf", [0.5, -INF, INF, 0.7, 0.1],
                       cfg={"val.patience": 2, "val.minimize": False}),
     ]
-    stops = []
+    stops, failures = [], []
     for s in cases:
-        outcome = match_decisions("NAN-3", s, ctx.completed(s))
-        stops.append(str(outcome.stop_epoch))
+        trace = ctx.completed(s)
+        try:
+            stops.append(str(match_own_stop_rule(ctx, "NAN-3", s, trace).stop_epoch))
+        except CheckFailed as e:
+            failures.append(e)
+    if failures:
+        head = "" if len(failures) == 1 else \
+            f"NAN-3: {len(failures)} of {len(cases)} non-finite cases failed: "
+        said = [e.evidence if not head else e.evidence.removeprefix("NAN-3: ")
+                for e in failures]
+        raise CheckFailed(head + "; ".join(said),
+                          "\n".join(e.detail for e in failures if e.detail))
     return f"non-finite scores counted once each; stops after epochs {', '.join(stops)}, as " \
         "the oracle says"
 

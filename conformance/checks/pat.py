@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check, property_check
-from trainspec.conformance.checks.common import make_scenario, match_decisions, weights_diff
+from trainspec.conformance.checks.common import (
+    make_scenario,
+    match_decisions,
+    match_own_stop_rule,
+    weights_diff,
+)
 from trainspec.conformance.run.trace import RankTrace
 
 __all__: list[str] = []
@@ -22,7 +27,7 @@ def check_patience_stops_exactly_on_time(ctx: CheckContext) -> str:
     stops = []
     for s in cases:
         stops.append(str(match_decisions("PAT-1", s, ctx.completed(s), what="stop").stop_epoch))
-    if "val_first" in ctx.capabilities:
+    if ctx.can("val_first", case="a NaN at val.first with val.patience=1"):
         # the val.first validation counts too: a NaN there exhausts patience 1 before training
         s = make_scenario("pat-stop-first", [0.5, 0.6], first=float("nan"),
                           cfg={"val.patience": 1})
@@ -50,10 +55,15 @@ def _judge_stop_at_first(r: RankTrace) -> None:
 
 @check("PAT-2", requires={"early_stopping"}, covers=("PAT-2.1",))
 def check_improvement_refills_patience(ctx: CheckContext) -> str:
-    """An improvement refills the counter to p."""
-    s = make_scenario("pat-refill", [0.5, 0.4, 0.6, 0.5, 0.7, 0.6, 0.5, 0.4],
+    """An improvement refills the counter to p.
+
+    Judged against the trainer's own stop rule: where a run stops after a refill is compared
+    with where the trainer stops without one, so a trainer that stops late is charged under
+    PAT-1 alone."""
+    # scores worse to the end after epoch 4: a trainer stopping late still stops in the run
+    s = make_scenario("pat-refill", [0.5, 0.4, 0.6, 0.5, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2],
                       cfg={"val.patience": 2})
-    outcome = match_decisions("PAT-2", s, ctx.completed(s))
+    outcome = match_own_stop_rule(ctx, "PAT-2", s, ctx.completed(s))
     return f"improvements at epochs 2 and 4 refilled patience; stopped after epoch " \
         f"{outcome.stop_epoch}"
 
@@ -93,13 +103,13 @@ def _judge_warm_up_best(r: RankTrace) -> None:
                               f"score, which came before val.start_patience=2: {diff}")
 
 
-@check("PAT-4", requires={"val_first"}, covers=("PAT-4.1", "PAT-4.2", "PAT-4.3"))
+@check("PAT-4", covers=("PAT-4.1", "PAT-4.2", "PAT-4.3"))
 def check_unset_patience_never_stops(ctx: CheckContext) -> str:
-    """With val.patience unset the run never stops early, with val.first too."""
-    cases = [
-        make_scenario("pat-unset", [0.5, 0.4, 0.3, 0.2, 0.1]),
-        make_scenario("pat-unset-first", [0.5, 0.4, 0.3, 0.2], first=0.9),
-    ]
+    """With val.patience unset the run never stops early, with val.first too (where the
+    target has it)."""
+    cases = [make_scenario("pat-unset", [0.5, 0.4, 0.3, 0.2, 0.1])]
+    if ctx.can("val_first", case="the val.first case"):
+        cases.append(make_scenario("pat-unset-first", [0.5, 0.4, 0.3, 0.2], first=0.9))
     for s in cases:
         r = ctx.completed(s).rank0
         n = s.get("num_epochs")
@@ -108,7 +118,8 @@ def check_unset_patience_never_stops(ctx: CheckContext) -> str:
             raise CheckFailed(f"PAT-4: with val.patience unset ({s.name}) the run trained "
                               f"{r.epochs_trained} of {n} epochs and stopped after {stops}; "
                               "expected every epoch and no stop")
-    return "no early stop with patience unset, with and without val.first, scores always worse"
+    with_first = "with and without val.first" if len(cases) > 1 else "without val.first"
+    return f"no early stop with patience unset, {with_first}, scores always worse"
 
 
 @check("PAT-5", covers=("PAT-5.1", "PAT-1.4", "PAT-3.4", "LOOP-2.4", "LOOP-2.5"))

@@ -5,7 +5,10 @@ footer), so a report cut short by a killed job is detected on reading (:func:`fr
 holds every clause. A clause's ``evidence`` is the evidence line alone; ``framework_source``
 and ``docs`` come as fields of their own (absent in reports written before they existed,
 which still read). ``root_causes``, ``remedies`` and ``applied_remedies``
-(:mod:`trainspec.conformance.spec.causes`) are optional keys, present when not empty.
+(:mod:`trainspec.conformance.spec.causes`) are optional keys, present when not empty. A clause
+that does not pass may carry a ``cause`` (its reason in the short form other clauses showing
+the same fault share), and ``shared_causes`` lists each cause behind two or more clauses
+(``{"cause": ..., "clauses": [...]}``); both optional, absent in older reports.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from trainspec.conformance.spec.results import (
     ClauseResult,
     Level,
     Report,
+    shared_causes,
 )
 from trainspec.errors import UsageError
 
@@ -57,6 +61,10 @@ def _causes_json(report: Report) -> dict[str, Any]:
     """The adapter's root causes and remedies, and the remedies the run applied (optional
     keys: absent when empty, so reports of targets without them keep their shape)."""
     out: dict[str, Any] = {}
+    shared = shared_causes(report.clauses)
+    if shared:
+        out["shared_causes"] = [{"cause": printable(cause), "clauses": list(ids)}
+                                for cause, ids in shared]
     if report.root_causes:
         out["root_causes"] = [c.to_json() for c in report.root_causes]
     if report.remedies:
@@ -94,6 +102,8 @@ def _clause_json(clause: ClauseResult) -> dict[str, Any]:
         out["framework_source"] = printable(clause.framework_source)
     if clause.docs is not None:
         out["docs"] = clause.docs
+    if clause.cause:
+        out["cause"] = printable(clause.cause)
     return out
 
 
@@ -200,7 +210,7 @@ def _clause_from_json(entry: Mapping[str, Any], index: int,
                         source), verdict=verdict, evidence=_str(entry, "evidence", source),
                         checks=tuple(results), deviation_reason=reason,
                         note=str(entry.get("note", "")), framework_source=framework_source,
-                        docs=docs)
+                        docs=docs, cause=_optional_str(entry, "cause", where, source) or "")
 
 
 def _optional_str(entry: Mapping[str, Any], key: str, where: str, source: str) -> str | None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from trainspec.conformance.report.output import write_text
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.printable import printable
-from trainspec.conformance.spec.results import ClauseResult, Report, Verdict
+from trainspec.conformance.spec.results import ClauseResult, Report, Verdict, shared_causes
 from trainspec.errors import UsageError
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "append_step_summary",
     "cited",
+    "format_causes",
     "format_details",
     "format_summary",
     "format_table",
@@ -65,6 +66,10 @@ def to_markdown(report: Report, *, baseline: Comparison | None = None) -> str:
     hidden = len(report.clauses) - len(shown)
     if hidden:
         lines += [f"{hidden} clauses not selected (`--clauses`): n/a.", ""]
+    causes = format_causes(report)
+    if causes:
+        lines += ["### One cause behind several clauses", "",
+                  *(f"- {_cell(line)}" for line in causes), ""]
     if baseline is not None:
         lines += [baseline.to_markdown(), ""]
     return "\n".join(lines)
@@ -131,8 +136,18 @@ def format_table(report: Report, *, color: bool) -> str:
     hidden = len(report.clauses) - len(shown)
     if hidden:
         lines.append(f"({hidden} clauses not selected by --clauses: n/a)")
+    causes = format_causes(report)
+    if causes:
+        lines += ["one cause behind several clauses:", *(f"  {printable(x)}" for x in causes)]
     lines.append(format_summary(report))
     return "\n".join(lines)
+
+
+def format_causes(report: Report) -> list[str]:
+    """One line per cause behind two or more of the selected clauses that do not pass:
+    ``3 clauses (RES-1, RES-2, RES-3): the run raised: FileNotFoundError: ...``."""
+    return [f"{len(ids)} clauses ({', '.join(ids)}): {cause}"
+            for cause, ids in shared_causes(_shown(report))]
 
 
 def format_summary(report: Report) -> str:

@@ -2,15 +2,27 @@
 
 The checks never parse checkpoint files themselves: an adapter describes them, in a worker
 process, as JSON-able entries (``relpath``, ``role``, ``epoch``, ``step``, the top-level ``keys``
-and their ``types``, and a load ``error``). Trainers in the seed's shape write ``last.pt``,
-``best.pt`` and ``epoch_<e>.pt`` holding ``epoch`` and ``train_step``: :func:`describe_seed_files`
-reads those, with ``weights_only=True``. A framework adapter maps its own files onto the same
-roles (its ``describe_checkpoints(root)``), so every checkpoint clause reads one vocabulary.
+and their ``types``, a load ``error`` and a ``weights_only_error``). Trainers in the seed's shape
+write ``last.pt``, ``best.pt`` and ``epoch_<e>.pt`` holding ``epoch`` and ``train_step``:
+:func:`describe_seed_files` reads those with :func:`read_checkpoint`. A framework adapter maps its
+own files onto the same roles (its ``describe_checkpoints(root)``), so every checkpoint clause
+reads one vocabulary.
+
+The file format never gates behaviour: resume, finetune and best-file checks judge what a file
+holds whatever its format, and whether it loads with ``torch.load(weights_only=True)`` is a fact
+of its own (``weights_only_error``), judged under CKPT-1 alone. :func:`read_checkpoint` loads a
+file weights-only first and, when that refuses the objects it holds (a config dataclass, a
+``DictConfig``, an ``argparse`` namespace pickled into every checkpoint), again with the file's
+own classes allowed: the trainer's objects are rebuilt as its own loading rebuilds them, while a
+pickle that would call a function (``os.mkdir``, ``eval``) or reach for the system is still
+refused, so embedded code stays CKPT-3's matter and never runs. It runs in a worker or a run's
+child, which already run the trainer's code; the suite's own process never unpickles anything.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +35,7 @@ from trainspec.conformance.run.jsonfields import FieldReader, RecordError
 from trainspec.conformance.spec.printable import strip_escapes
 
 __all__ = ["ROLES", "FileRecord", "Role", "actionable_line", "as_int", "describe_files",
-           "describe_seed_files", "error_line", "file_record", "load_dict",
+           "describe_seed_files", "error_line", "file_record", "load_dict", "read_checkpoint",
            "seed_role", "top_level"]
 
 Role = Literal["last", "best", "epoch"]
@@ -45,11 +57,14 @@ class FileRecord:
     """A file left under the run's checkpoint folder, as its adapter describes it.
 
     ``role`` is "last", "best" or "epoch" for a checkpoint, None for anything else;
-    ``keys``/``types`` are its top-level entries; ``error`` says why it does not load
-    (weights-only). ``holds``, when the adapter gives it, names what the file holds in the
-    spec's terms, whatever the framework's own key names: any of "epoch", "step", "run_id",
-    "config", "model", "optimizer", "scheduler" (CKPT-1 then judges it instead of the seed's
-    key names).
+    ``keys``/``types`` are its top-level entries; ``error`` says why it does not load at all,
+    as its trainer loads it (nothing in it can then be judged); ``weights_only_error`` why it
+    does not load with ``torch.load(weights_only=True)`` (CKPT-1's matter alone: the rest of
+    the record, read the trainer's way, is judged as usual). An adapter that reads its files
+    weights-only only may leave ``weights_only_error`` unset and say why in ``error``.
+    ``holds``, when the adapter gives it, names what the file holds in the spec's terms,
+    whatever the framework's own key names: any of "epoch", "step", "run_id", "config",
+    "model", "optimizer", "scheduler" (CKPT-1 then judges it instead of the seed's key names).
     """
 
     relpath: str
@@ -62,6 +77,7 @@ class FileRecord:
     types: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
     holds: tuple[str, ...] | None = None
+    weights_only_error: str | None = None
 
     @property
     def name(self) -> str:
@@ -71,7 +87,8 @@ class FileRecord:
         return {"relpath": self.relpath, "size": self.size, "mtime_ns": self.mtime_ns,
                 "role": self.role, "epoch": self.epoch, "step": self.step,
                 "keys": list(self.keys), "types": dict(self.types), "error": self.error,
-                "holds": None if self.holds is None else list(self.holds)}
+                "holds": None if self.holds is None else list(self.holds),
+                "weights_only_error": self.weights_only_error}
 
     @classmethod
     def from_json(cls, entry: object) -> FileRecord:
@@ -88,7 +105,8 @@ class FileRecord:
                    epoch=r.opt_int("epoch"), step=r.opt_int("step"), keys=r.names("keys"),
                    types=r.strings("types", "a dict of key names to type names"),
                    error=r.opt_text("error"),
-                   holds=None if entry.get("holds") is None else r.names("holds"))
+                   holds=None if entry.get("holds") is None else r.names("holds"),
+                   weights_only_error=r.opt_text("weights_only_error"))
 
 
 def seed_role(name: str) -> Role | None:
@@ -145,6 +163,97 @@ def load_dict(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     return content, None
 
 
+# modules whose objects act on the process or the system: never allowed, whatever the object
+_SYSTEM_MODULES = frozenset({
+    "os", "posix", "nt", "subprocess", "sys", "shutil", "socket", "importlib", "pickle",
+    "_pickle", "marshal", "ctypes", "multiprocessing", "runpy", "code", "codeop", "pty",
+    "webbrowser", "antigravity", "this", "io", "_io", "pathlib", "tempfile", "signal",
+    "threading", "_thread", "asyncio", "functools", "operator", "codecs", "zipimport", "pydoc",
+    "inspect", "gc", "atexit", "ssl", "http", "urllib", "smtplib", "ftplib", "sqlite3",
+    "shelve", "dbm", "mmap", "select", "selectors", "concurrent", "logging", "zipfile",
+    "tarfile", "glob", "fileinput", "site", "sysconfig", "platform", "ensurepip", "venv",
+    "pip", "setuptools", "distutils", "types", "builtins", "torch",
+})
+# the few objects of those modules that are plain data, and numpy's array reconstruction
+_PLAIN = frozenset({
+    "builtins.dict", "builtins.list", "builtins.tuple", "builtins.set", "builtins.frozenset",
+    "builtins.int", "builtins.float", "builtins.complex", "builtins.str", "builtins.bytes",
+    "builtins.bytearray", "builtins.bool", "builtins.slice", "builtins.range",
+    "types.SimpleNamespace", "numpy.core.multiarray._reconstruct",
+    "numpy._core.multiarray._reconstruct", "numpy.core.multiarray.scalar",
+    "numpy._core.multiarray.scalar",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRead:
+    """A checkpoint's top-level dict (None when it does not load at all), why it does not
+    load at all (``error``), and why it does not load weights-only (``weights_only_error``:
+    set whenever the weights-only load refused it, even when it was read the other way)."""
+
+    content: dict[str, Any] | None
+    error: str | None = None
+    weights_only_error: str | None = None
+
+
+def read_checkpoint(path: Path) -> CheckpointRead:
+    """``path`` loaded as its trainer loads it: weights-only, else with its own classes
+    allowed (never a function, never an object of a module that reaches the system)."""
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # the file is what is being judged: record, do not raise
+        refused = error_line(e)
+        allowed, why_not = _own_classes(path)
+        if allowed is None:
+            return CheckpointRead(None, error=refused + why_not, weights_only_error=refused)
+        try:
+            with torch.serialization.safe_globals(allowed):
+                content = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as again:
+            return CheckpointRead(None, error=error_line(again), weights_only_error=refused)
+        return _as_read(content, refused)
+    return _as_read(content, None)
+
+
+def _as_read(content: object, weights_only_error: str | None) -> CheckpointRead:
+    if not isinstance(content, dict):
+        return CheckpointRead(None, error=f"not a dict but a {type(content).__name__}",
+                              weights_only_error=weights_only_error)
+    return CheckpointRead(content, weights_only_error=weights_only_error)
+
+
+def _own_classes(path: Path) -> tuple[list[Any] | None, str]:
+    """The globals ``path`` names beyond the weights-only defaults, resolved, when every one
+    is the trainer's data (a class, or a constant); else None and why not."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # not an archive torch can list: the weights-only error says enough
+        return None, ""
+    allowed: list[Any] = []
+    for name in names:
+        found = _resolve(name)
+        if found is None:
+            return None, f" (not read another way either: {name} is not plain data)"
+        allowed.append(found)
+    return (allowed, "") if allowed else (None, "")
+
+
+def _resolve(name: str) -> object | None:
+    """The object ``module.qualname`` names, when it is allowed; None otherwise."""
+    parts = name.split(".")
+    if name not in _PLAIN and parts[0] in _SYSTEM_MODULES:
+        return None
+    for split in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
+        try:
+            obj: object = importlib.import_module(".".join(parts[:split]))
+            for attr in parts[split:]:
+                obj = getattr(obj, attr)
+        except (ImportError, AttributeError):
+            continue
+        return obj if name in _PLAIN or isinstance(obj, type) or not callable(obj) else None
+    return None
+
+
 def top_level(content: dict[str, Any]) -> dict[str, Any]:
     """An entry's ``keys`` and ``types``: a loaded checkpoint's top-level names and types."""
     return {"keys": sorted(str(k) for k in content),
@@ -153,7 +262,7 @@ def top_level(content: dict[str, Any]) -> dict[str, Any]:
 
 def describe_seed_files(root: Path) -> list[FileRecord]:
     """Every file under ``root`` under the seed's names; each ``.pt`` file (a checkpoint or a
-    temporary one) loaded weights-only, never trusted."""
+    temporary one) read with :func:`read_checkpoint`, never trusted."""
     if not root.exists():
         return []
     return [_read_seed(path, file_record(path, root, seed_role(path.name)))
@@ -162,9 +271,11 @@ def describe_seed_files(root: Path) -> list[FileRecord]:
 
 
 def _read_seed(path: Path, record: FileRecord) -> FileRecord:
-    content, error = load_dict(path)
+    read = read_checkpoint(path)
+    content = read.content
+    record = dataclasses.replace(record, weights_only_error=read.weights_only_error)
     if content is None:
-        return dataclasses.replace(record, error=error)
+        return dataclasses.replace(record, error=read.error)
     listing = top_level(content)
     return dataclasses.replace(record, epoch=as_int(content.get("epoch")),
                                step=as_int(content.get("train_step")),

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from trainspec.conformance.run.adapter import RunContext
-from trainspec.conformance.run.files import as_int, load_dict
+from trainspec.conformance.run.files import as_int, read_checkpoint
 from trainspec.conformance.run.records import (
     FileSnapshot,
     Phase,
@@ -83,10 +83,13 @@ def newest_file(root: Path, name: str) -> Path | None:
 
 
 def snapshot_file(path: Path | None, read: FileContent = seed_content) -> FileSnapshot | None:
-    """A checkpoint file as seen now, loaded weights-only; None when there is no such file.
+    """A checkpoint file as seen now, loaded as its trainer loads it
+    (:func:`~trainspec.conformance.run.files.read_checkpoint`: weights-only, else with the
+    file's own classes, never running code); None when there is no such file.
 
     ``read`` says what the loaded content means (the seed's keys by default); a file that does
-    not load, or that ``read`` refuses, is a snapshot with its ``error``.
+    not load at all, or that ``read`` refuses, is a snapshot with its ``error``. Whether it
+    loads weights-only is CKPT-1's matter, judged on the files the run left.
     """
     if path is None or not path.is_file():
         return None
@@ -94,10 +97,11 @@ def snapshot_file(path: Path | None, read: FileContent = seed_content) -> FileSn
         stat = path.stat()
     except OSError:  # gone since it was found: rank 0 may replace it while another rank looks
         return None
-    content, error = load_dict(path)
+    loaded = read_checkpoint(path)
+    content = loaded.content
     if content is None:
         return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
-                            error=error)
+                            error=loaded.error)
     try:
         epoch, step, weights = read(content)
     except AdapterError as e:

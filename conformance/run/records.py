@@ -67,7 +67,8 @@ StatePart = Literal["weights", "optimizer", "scheduler", "rng"]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FileSnapshot:
     """A checkpoint file as seen at one moment: identity, the epoch and step it records, the
-    model weights it holds (loaded weights-only, in the worker), or why it does not load."""
+    model weights it holds (read as its trainer reads it, next to the trainer), or why it does
+    not load at all."""
 
     path: str
     mtime_ns: int

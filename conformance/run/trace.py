@@ -3,8 +3,8 @@
 A run's child writes one JSON line per record while the trainer runs (so a run that is killed
 still leaves what it did up to the kill); :func:`read_records` reads them back and
 :func:`parse_rank` groups them into one rank's view: its set-up, training epochs, validations,
-test passes, end and writes. Checkpoint files are listed after the run and loaded with
-``weights_only=True``; nothing a trainer wrote is ever unpickled unsafely.
+test passes, end and writes. Checkpoint files are listed and read after the run, in the worker
+(``files.read_checkpoint``); this process never unpickles anything a trainer wrote.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ JSON form of :class:`Report` is a contract (design.md): keep its field names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -19,6 +20,8 @@ __all__ = [
     "Level",
     "Report",
     "Verdict",
+    "normal_cause",
+    "shared_causes",
     "to_verdict",
     "worst_verdict",
 ]
@@ -51,6 +54,10 @@ class CheckResult:
     evidence: str
     duration_s: float
     detail: str = ""
+    # for an outcome other than passed or n/a: the reason in a short form that other checks
+    # showing the same fault share (a run that raised, a checkpoint that does not load, an
+    # adapter error), so reports can group the clauses one cause is behind; "" when none
+    cause: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +76,7 @@ class ClauseResult:
     # writers show them after the evidence
     framework_source: str | None = None  # the framework code its adapter holds responsible
     docs: str | None = None  # the clause's spec page, for a selected clause that does not pass
+    cause: str = ""  # its worst check's cause (CheckResult.cause), for a clause not passing
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,3 +125,28 @@ def worst_verdict(outcomes: list[CheckOutcome]) -> Verdict:
     if worst == "n/a" and any(o == "passed" for o in outcomes):
         return "pass"
     return _TO_VERDICT[worst]
+
+
+# a run's own folder under the harness's scratch root: runs of different checks differ there
+_RUN_FOLDER = re.compile(r"(<trainspec-tmp>/runs/)[^/\s'\"]+")
+MAX_CAUSE_CHARS = 240
+
+
+def normal_cause(text: str) -> str:
+    """A reason in the short, normalized form clauses share: its first line, a run's own
+    folder written ``<run>``, cut to :data:`MAX_CAUSE_CHARS`."""
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    line = _RUN_FOLDER.sub(r"\1<run>", line)
+    return line if len(line) <= MAX_CAUSE_CHARS else line[: MAX_CAUSE_CHARS - 3] + "..."
+
+
+def shared_causes(clauses: tuple[ClauseResult, ...] | list[ClauseResult]
+                  ) -> list[tuple[str, tuple[str, ...]]]:
+    """The causes behind two or more clauses that do not pass, each with those clauses' IDs,
+    in the order the clauses come (most clauses first)."""
+    by_cause: dict[str, list[str]] = {}
+    for c in clauses:
+        if c.cause and c.verdict in ("fail", "deviation", "error", "timeout"):
+            by_cause.setdefault(c.cause, []).append(c.id)
+    groups = [(cause, tuple(ids)) for cause, ids in by_cause.items() if len(ids) > 1]
+    return sorted(groups, key=lambda g: -len(g[1]))

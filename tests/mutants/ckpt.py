@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -197,6 +197,31 @@ class PicklesTheConfig(BaseTrainer):
 
     def _write_file(self, path: Path, state: dict[str, Any]) -> None:
         super()._write_file(path, {**state, "config": self.cfg})
+
+
+def _config_classes() -> list[Callable[..., Any] | tuple[Callable[..., Any], str]]:
+    from trainspec.reference import config
+
+    return [c for c in vars(config).values()
+            if isinstance(c, type) and c.__module__ == config.__name__]
+
+
+@mutant_of("check_checkpoint_files_and_contents",
+           expect="best.pt does not load with weights_only=True (UnpicklingError: Weights only "
+                  "load failed: WeightsUnpickler error: Unsupported global: GLOBAL "
+                  "trainspec.reference.config.",
+           proves=("CKPT-1.6",))
+class PicklesTheConfigAndReadsItBack(BaseTrainer):
+    """Saves the config object itself and reads its own files back with its config classes
+    allowed: resume, finetune and best files work; only a plain weights-only load refuses
+    them (one fault: CKPT-1's, and no other clause's)."""
+
+    def _write_file(self, path: Path, state: dict[str, Any]) -> None:
+        super()._write_file(path, {**state, "config": self.cfg})
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        with torch.serialization.safe_globals(_config_classes()):
+            return super()._load_checkpoint()
 
 
 @mutant_of("check_checkpoint_errors_name_the_file",

@@ -89,3 +89,17 @@ class NanRefillsPatience(BaseTrainer):
 
     def step_patience(self, improved: bool) -> bool:
         return super().step_patience(improved or not math.isfinite(self._last_score))
+
+
+@mutant_of("check_nonfinite_score_counts_once_for_patience",
+           expect="expected ['epoch 0', 'epoch 1', 'epoch 2'] (scores [0.5, -inf, inf, 0.7, "
+                  "0.1], val.patience=2",
+           proves=("NAN-3.1", "NAN-3.3"))
+class InfRefillsPatience(BaseTrainer):
+    """Guards against NaN only: +inf beats any incumbent, so it counts as an improvement and
+    refills the patience counter."""
+
+    def is_improvement(self, score: float) -> bool:
+        if math.isnan(score):
+            return False
+        return score < self.best_score if self.val_minimize else score > self.best_score
