@@ -74,6 +74,7 @@ def test_the_reference_is_clean_and_exits_0(capsys: pytest.CaptureFixture[str]) 
 
 @pytest.mark.parametrize("target", ["tests.worked.template_adapter:TemplateAdapter",
                                     "tests.worked.imagenet_adapter:ImagenetAdapter",
+                                    "tests.worked.bundle_adapter:BundleAdapter",
                                     "tests.guides.tiny_adapter:TinyAdapter"])
 def test_the_guides_adapters_are_clean(target: str, harness: Harness) -> None:
     tested = self_test(plan(target), harness=harness)

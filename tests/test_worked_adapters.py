@@ -38,6 +38,17 @@ EXPECTED: dict[str, dict[str, Verdict]] = {
         "CKPT-3": "pass",
         "CKPT-4": "fail",  # a missing --resume file is only printed; training starts afresh
     },
+    # poutyne's ModelBundle: a loop with callbacks, a checkpoint spread over several files
+    "bundle_adapter:BundleAdapter": {
+        "LOOP-1": "pass",
+        "LOOP-4": "pass",  # test() once, after the loop
+        "BEST-4": "pass",  # the best checkpoint is restored before the test
+        "PAT-1": "pass",  # wait >= patience
+        "NAN-3": "fail",  # +inf is strictly greater: an improvement that resets the counter
+        "RES-2": "fail",  # the optimizer is saved before the LR scheduler steps
+        "RES-3": "fail",  # early stopping resets its counter when training begins
+        "CKPT-2": "fail",  # checkpoint.ckpt is written in place
+    },
 }
 
 

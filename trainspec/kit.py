@@ -78,6 +78,7 @@ from trainspec.conformance.run.scenario import (
 from trainspec.conformance.run.shapes import (
     CONTENTS,
     FileLayout,
+    Progress,
     Recorder,
     StepCounter,
     frame_locals,
@@ -117,6 +118,7 @@ __all__ = [
     "NamesRootCauses",
     "PendingValidation",
     "Phase",
+    "Progress",
     "Record",
     "Recorder",
     "Role",

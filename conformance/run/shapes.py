@@ -35,7 +35,12 @@ from trainspec.conformance.run.files import (
     load_dict,
     top_level,
 )
-from trainspec.conformance.run.recording import newest_file, snapshot_file, trainer_state
+from trainspec.conformance.run.recording import (
+    FileContent,
+    newest_file,
+    snapshot_file,
+    trainer_state,
+)
 from trainspec.conformance.run.records import (
     ConfigSeen,
     FileSnapshot,
@@ -52,8 +57,8 @@ from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.task import plain_weights
 from trainspec.errors import AdapterError
 
-__all__ = ["CONTENTS", "FileLayout", "Recorder", "StepCounter", "frame_locals", "observe",
-           "scripted_score"]
+__all__ = ["CONTENTS", "FileLayout", "Progress", "Recorder", "StepCounter", "frame_locals",
+           "observe", "scripted_score"]
 
 # what a checkpoint may hold, in the spec's terms (FileRecord.holds; CKPT-1 asks for all)
 CONTENTS = ("epoch", "step", "run_id", "config", "model", "optimizer", "scheduler")
@@ -66,6 +71,9 @@ def scripted_score(scenario: Scenario, ctx: RunContext, epoch: int | None) -> fl
     return scenario.scores.pooled(epoch, ctx.world_size)
 
 
+Progress = Callable[[Path, Mapping[str, object]], tuple[int | None, int | None]]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FileLayout:
     """A trainer's own checkpoint files, in the spec's terms.
@@ -73,36 +81,51 @@ class FileLayout:
     ``roles`` maps a file-name pattern (``fnmatch``: ``"checkpoint-epoch*.pth"``) to its role,
     the first match winning; ``keys`` maps what a file holds in the spec's terms
     (:data:`CONTENTS`) to the trainer's key (``{"model": "state_dict", "epoch": "epoch"}``):
-    the model's weights are read from ``keys["model"]``. ``epoch_base`` is the epoch value the
-    trainer's file records for the first epoch (1 for a trainer counting epochs from 1, or one
-    recording the next epoch to run): records and descriptions are 0-based, so the file's
-    value less ``epoch_base``.
+    the model's weights are read from ``keys["model"]`` (``""``: the file is the model's bare
+    state dict). ``epoch_base`` is the epoch value the trainer's files record for the first
+    epoch (1 for a trainer counting epochs from 1, or one recording the next epoch to run):
+    records and descriptions are 0-based, so the file's value less ``epoch_base``.
+    ``progress``, when given, reads (epoch, step) in the trainer's numbering from the file's
+    path and content, for a trainer that keeps them elsewhere than under a key: in the file's
+    name (``checkpoint_epoch_3.ckpt``) or in a file beside it.
     """
 
     roles: Mapping[str, Role]
     keys: Mapping[str, str] = field(default_factory=dict)
     epoch_base: int = 0
+    progress: Progress | None = None
 
     def role_of(self, name: str) -> Role | None:
         """The role of a file called ``name``; None for anything else."""
         return next((role for pattern, role in self.roles.items()
                      if fnmatch.fnmatchcase(name, pattern)), None)
 
-    def progress(self, content: Mapping[str, object]) -> tuple[int | None, int | None]:
+    def progress_of(self, path: Path, content: Mapping[str, object]
+                    ) -> tuple[int | None, int | None]:
         """(0-based epoch, step) a loaded checkpoint records; None where it records none."""
-        epoch = as_int(content.get(self.keys.get("epoch", "epoch")))
-        step = as_int(content.get(self.keys["step"])) if "step" in self.keys else None
+        if self.progress is not None:
+            epoch, step = self.progress(path, content)
+        else:
+            epoch = as_int(content.get(self.keys.get("epoch", "epoch")))
+            step = as_int(content.get(self.keys["step"])) if "step" in self.keys else None
         return (None if epoch is None else epoch - self.epoch_base), step
 
-    def read(self, content: Mapping[str, object]
-             ) -> tuple[int | None, int | None, Mapping[str, object]]:
-        """:data:`~trainspec.conformance.run.recording.FileContent` of this layout."""
-        weights = content.get(self.keys.get("model", "model_state_dict"))
+    def weights_of(self, content: Mapping[str, object]) -> Mapping[str, object]:
+        """The model's weights in a loaded checkpoint."""
+        key = self.keys.get("model", "model_state_dict")
+        weights = content if key == "" else content.get(key)
         if not isinstance(weights, Mapping):
-            raise AdapterError(f"checkpoint: no model weights under "
-                               f"{self.keys.get('model', 'model_state_dict')!r} (keys "
+            raise AdapterError(f"checkpoint: no model weights under {key!r} (keys "
                                f"{sorted(map(str, content))[:12]}); set FileLayout.keys['model']")
-        return (*self.progress(content), weights)
+        return weights
+
+    def reader(self, path: Path) -> FileContent:
+        """What the file at ``path`` says, for ``snapshot_file``: (0-based epoch, step, the
+        model's weights)."""
+        def read(content: Mapping[str, object]
+                 ) -> tuple[int | None, int | None, Mapping[str, object]]:
+            return (*self.progress_of(path, content), self.weights_of(content))
+        return read
 
     def describe(self, root: Path) -> list[FileRecord]:
         """Every file under ``root``, checkpoints read weights-only: an adapter's
@@ -113,9 +136,10 @@ class FileLayout:
         content, error = load_dict(path)
         if content is None:
             return dataclasses.replace(record, error=error)
-        epoch, step = self.progress(content)
+        epoch, step = self.progress_of(path, content)
         listing = top_level(content)
-        holds = tuple(c for c in CONTENTS if self.keys.get(c, c) in content)
+        holds = tuple(c for c in CONTENTS if self.keys.get(c, c) in content
+                      or (c == "model" and self.keys.get(c) == ""))
         return dataclasses.replace(record, epoch=epoch, step=step, keys=tuple(listing["keys"]),
                                    types=listing["types"], holds=holds)
 
@@ -127,7 +151,8 @@ class FileLayout:
 
     def snapshot(self, root: Path, role: Role) -> FileSnapshot | None:
         """The newest file of ``role`` as seen now (None when there is none)."""
-        return snapshot_file(self.newest(root, role), self.read)
+        path = self.newest(root, role)
+        return None if path is None else snapshot_file(path, self.reader(path))
 
 
 def _mtime(path: Path) -> int:
@@ -194,6 +219,12 @@ class Recorder:
     def zero_based(self, epoch: int) -> int:
         return epoch - self.epoch_base
 
+    @property
+    def epoch(self) -> int | None:
+        """The epoch under way (since the last :meth:`train_start`), in the trainer's
+        numbering; None before the first."""
+        return None if self._epoch is None else self._epoch + self.epoch_base
+
     def score(self, epoch: int | None) -> float:
         """The scripted score of the validation after the trainer's ``epoch`` (None:
         ``val.first``): the value a trainer's validation must return."""
@@ -239,7 +270,7 @@ class Recorder:
         last = None
         if self.files is not None:
             path = self.files.newest(self.ctx.ckpt_root, "last")
-            found = snapshot_file(path, self.files.read) if path is not None else None
+            found = None if path is None else snapshot_file(path, self.files.reader(path))
             last = None if found is None else found.epoch
         state = trainer_state(self.model if self.model is not None else {}, self.optimizer,
                               self.schedulers)
