@@ -72,7 +72,7 @@ def test_the_api_page_documents_the_package_from_its_docstrings(built_html: Path
     html = (built_html / "api.html").read_text(encoding="utf-8")
     for name in ("trainspec.reference.BaseTrainer", "trainspec.reference.TrainConfig",
                  "trainspec.check", "trainspec.conformance.run.adapter.Adapter",
-                 "trainspec.conformance.run.adapter.RunContext", "trainspec.kit",
+                 "trainspec.conformance.run.adapter.RunContext", "module-trainspec.kit",
                  "trainspec.conformance.run.shapes.Recorder",
                  "trainspec.conformance.run.shapes.FileLayout",
                  "trainspec.conformance.spec.results.Report"):
