@@ -139,6 +139,10 @@ def _build_parser() -> _Parser:
                        help="exit by regressions instead of conformance: 1 only when a clause "
                        "got worse than in this baseline (pass > deviation > n/a > fail > "
                        "timeout > error); list the clauses that got better")
+    check.add_argument("--self-test", action="store_true",
+                       help="validate the adapter's reports in a few short runs (records, "
+                       "0-based epochs, scores, decisions, file roles, crash points): one line "
+                       "per problem with its fix; exit 0 when clean, 1 when not")
     check.add_argument("--badge", type=Path, metavar="FILE.json",
                        help="write a shields.io endpoint badge: passing clauses, green when "
                        "conformant, red when not")
@@ -198,6 +202,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     # the plan validates every option before any worker starts
     plan = api.plan_from(lambda o: getattr(args, o.key),
                          docs_url=os.environ.get(DOCS_URL_ENV))
+    if args.self_test:
+        from trainspec.conformance.selftest import self_test
+
+        tested = self_test(plan)
+        print("\n".join(tested.lines(verbose=args.verbose)))
+        return 0 if tested.passed else 1
     baseline = _read_baseline(args.baseline, plan.target.label)  # so does a bad --baseline
     _require_writable(args)  # and a report that could not be written
     from trainspec.conformance.runner import Interrupted

@@ -61,7 +61,8 @@ def built_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_the_docs_build_without_a_warning(built_html: Path) -> None:
-    for page in ("index", "api", "spec/index", "guides/five-minutes", "guides/ci",
+    for page in ("index", "api", "spec/index", "guides/five-minutes", "guides/adapter-contract",
+                 "guides/ci",
                  "guides/reading-a-failure", "benchmarks"):
         assert (built_html / f"{page}.html").is_file(), page
 
@@ -71,7 +72,9 @@ def test_the_api_page_documents_the_package_from_its_docstrings(built_html: Path
     html = (built_html / "api.html").read_text(encoding="utf-8")
     for name in ("trainspec.reference.BaseTrainer", "trainspec.reference.TrainConfig",
                  "trainspec.check", "trainspec.conformance.run.adapter.Adapter",
-                 "trainspec.conformance.run.adapter.RunContext",
+                 "trainspec.conformance.run.adapter.RunContext", "module-trainspec.kit",
+                 "trainspec.conformance.run.shapes.Recorder",
+                 "trainspec.conformance.run.shapes.FileLayout",
                  "trainspec.conformance.spec.results.Report"):
         assert f'id="{name}"' in html, name
     assert "Keep this validation" in html  # BaseTrainer.save_if_best's docstring

@@ -81,7 +81,7 @@ class FileSnapshot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainerState:
-    """What a resume must restore, captured at an epoch's start (RES-2, RES-4, FT-*).
+    """What a resume must restore, captured at an epoch's start (RES-2, RES-4, the FT clauses).
 
     ``optimizer``/``scheduler`` are the state dicts (None: the trainer has none); ``rng`` maps
     each generator (``torch``, ``python``, ``numpy``) to a digest of its state.

@@ -13,7 +13,14 @@ import torch
 from tests.guides.tiny_loop import LoopConfig, fit
 from trainspec.conformance.run.adapter import Capability, RunContext
 from trainspec.conformance.run.recording import trainer_state
-from trainspec.conformance.run.records import RunEnd, TestPass, TrainEnd, TrainStart, Validation
+from trainspec.conformance.run.records import (
+    RunEnd,
+    Setup,
+    TestPass,
+    TrainEnd,
+    TrainStart,
+    Validation,
+)
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.task import plain_weights
 
@@ -49,6 +56,7 @@ class TinyAdapter:
         batches = list(zip(torch.split(x, task.batch_size), torch.split(y, task.batch_size),
                            strict=True))
         seen = _Seen()
+        ctx.record(Setup(epoch=0, train_step=0, train_len=len(batches)))
 
         def log(event: str, **info: Any) -> None:  # the loop's log -> the suite's records
             if event == "train_start":

@@ -1,0 +1,158 @@
+"""The adapter kit: everything an adapter imports, from one module.
+
+An adapter drives a trainer through the suite's scenarios and reports what it did (see the
+guide "Check your trainer in five minutes" and "The adapter contract"). This module gathers,
+typed and documented, what every adapter needs:
+
+- the protocol: :class:`Adapter`, :class:`RunContext`, :data:`Capability` and the optional
+  protocols (:class:`DescribesCheckpoints`, ...);
+- the scenario: :class:`Scenario`, :class:`Task`, :class:`ScoreScript`, :class:`CrashPoint`;
+- the task every target trains: :func:`task_data`, :func:`task_model`, :func:`task_optimizer`,
+  :func:`task_param_groups`, :func:`task_schedulers`;
+- the records a run reports (:class:`Setup`, :class:`TrainStart`, :class:`TrainEnd`,
+  :class:`Validation`, :class:`TestPass`, :class:`RunEnd`, ...);
+- state and files: :func:`plain_weights`, :func:`rng_digests`, :func:`trainer_state`,
+  :func:`snapshot_file`, :func:`newest_file`, :class:`FileRecord`, :func:`describe_files`,
+  :func:`load_dict`;
+- helpers for the common shapes of trainers: :class:`Recorder` (any shape: hooks, callbacks,
+  wrapped methods; 1-based epochs), :class:`FileLayout` (own file names, keys and epoch
+  numbering), :func:`observe` and :func:`frame_locals` (decisions a trainer keeps to
+  itself),
+  :class:`PendingValidation` (verdicts settled by later callbacks).
+
+Importing it imports torch; adapters run in the suite's worker processes, next to the trainer.
+"""
+
+from __future__ import annotations
+
+from trainspec.conformance.run.adapter import (
+    CAPABILITIES,
+    Adapter,
+    Capability,
+    DeclaresRemedies,
+    DescribesCheckpoints,
+    NamesFrameworkSources,
+    NamesRootCauses,
+    RunContext,
+)
+from trainspec.conformance.run.files import (
+    ROLES,
+    FileRecord,
+    Role,
+    describe_files,
+    describe_seed_files,
+    file_record,
+    load_dict,
+    top_level,
+)
+from trainspec.conformance.run.recording import (
+    FileContent,
+    PendingValidation,
+    newest_file,
+    snapshot_file,
+    trainer_state,
+)
+from trainspec.conformance.run.records import (
+    ConfigSeen,
+    FileSnapshot,
+    ItemsOnRaise,
+    Phase,
+    Record,
+    RunEnd,
+    Setup,
+    TestPass,
+    TrainEnd,
+    TrainerState,
+    TrainStart,
+    Validation,
+    Weights,
+)
+from trainspec.conformance.run.scenario import (
+    CrashPoint,
+    CrashWhere,
+    Scenario,
+    ScoreScript,
+    Task,
+    default_config,
+)
+from trainspec.conformance.run.shapes import (
+    CONTENTS,
+    FileLayout,
+    Progress,
+    Recorder,
+    StepCounter,
+    frame_locals,
+    observe,
+    scripted_score,
+)
+from trainspec.conformance.run.task import (
+    plain_weights,
+    pool_with_torchmetrics,
+    rng_digests,
+    task_data,
+    task_model,
+    task_optimizer,
+    task_param_groups,
+    task_schedulers,
+)
+from trainspec.errors import AdapterError
+
+__all__ = [
+    "CAPABILITIES",
+    "CONTENTS",
+    "ROLES",
+    "Adapter",
+    "AdapterError",
+    "Capability",
+    "ConfigSeen",
+    "CrashPoint",
+    "CrashWhere",
+    "DeclaresRemedies",
+    "DescribesCheckpoints",
+    "FileContent",
+    "FileLayout",
+    "FileRecord",
+    "FileSnapshot",
+    "ItemsOnRaise",
+    "NamesFrameworkSources",
+    "NamesRootCauses",
+    "PendingValidation",
+    "Phase",
+    "Progress",
+    "Record",
+    "Recorder",
+    "Role",
+    "RunContext",
+    "RunEnd",
+    "Scenario",
+    "ScoreScript",
+    "Setup",
+    "StepCounter",
+    "Task",
+    "TestPass",
+    "TrainEnd",
+    "TrainStart",
+    "TrainerState",
+    "Validation",
+    "Weights",
+    "default_config",
+    "describe_files",
+    "describe_seed_files",
+    "file_record",
+    "frame_locals",
+    "load_dict",
+    "newest_file",
+    "observe",
+    "plain_weights",
+    "pool_with_torchmetrics",
+    "rng_digests",
+    "scripted_score",
+    "snapshot_file",
+    "task_data",
+    "task_model",
+    "task_optimizer",
+    "task_param_groups",
+    "task_schedulers",
+    "top_level",
+    "trainer_state",
+]
