@@ -165,6 +165,9 @@ class CheckContext:
     # the runs the running check looked at, by scenario name (a rerun replaces the first):
     # a pass needs each to show its scenario carried out (run_check)
     judged: dict[str, tuple[Scenario, Trace]] = field(default_factory=dict)
+    # cases the running check could not judge on this target (a crash point it lacks): named
+    # after a pass's evidence, never turned into a fail
+    notes: list[str] = field(default_factory=list)
 
     def run(self, scenario: Scenario) -> Trace:
         """The trace of one run (cached: a scenario is deterministic)."""
@@ -264,7 +267,7 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
     missing = sorted(spec.requires - ctx.capabilities)
     if missing:
         return result("n/a", f"the target does not declare {', '.join(missing)}")
-    runs, ctx.runs, ctx.judged = ctx.runs, _Watched(ctx.runs, ctx), {}
+    runs, ctx.runs, ctx.judged, ctx.notes = ctx.runs, _Watched(ctx.runs, ctx), {}, []
     try:
         try:
             evidence = spec.func(ctx)
@@ -295,6 +298,8 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
                       f"{actionable_line(str(e))}", traceback.format_exc())
     finally:
         ctx.runs = runs
+    if ctx.notes:
+        evidence += f" (not judged: {'; '.join(dict.fromkeys(ctx.notes))})"
     return result("passed", evidence)
 
 
