@@ -90,13 +90,33 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
     if last is None or last.epoch != 4:
         raise CheckFailed(f"CKPT-1: the final last.pt says epoch "
                           f"{None if last is None else last.epoch}, expected 4")
+    stopped = _early_stop_file(ctx) if "early_stopping" in ctx.capabilities else ""
     off = make_scenario("ckpt-no-last", [0.1, 0.2], cfg={"ckpt.save_last": False})
     written = sorted(f.name for f in ctx.completed(off).files if f.role in ("last", "epoch"))
     if written:
         raise CheckFailed(f"CKPT-1: with ckpt.save_last=false and every_n_epochs unset the "
                           f"run wrote {written}; expected no last.pt and no epoch_<e>.pt")
     return "last.pt after each epoch; epoch_0/2/4.pt at every_n_epochs=2; none when off; " \
-        "each loads weights-only with epoch, step, run id, config and every item"
+        f"each loads weights-only with epoch, step, run id, config and every item{stopped}"
+
+
+def _early_stop_file(ctx: CheckContext) -> str:
+    """The epoch at which early stopping triggers is checkpointed like any other: the run's
+    final last.pt holds it. Judged at the trainer's own stop (when it stops is PAT's matter)."""
+    s = make_scenario("ckpt-early-stop", [0.3, 0.5, 0.4, 0.35, 0.3, 0.2],
+                      cfg={"val.patience": 2})
+    trace = ctx.completed(s)
+    stop = next((v.epoch for v in trace.rank0.validations if v.stop and v.phase == "epoch"),
+                None)
+    if stop is None:
+        ctx.notes.append("the early-stop epoch's file: the trainer never stopped early")
+        return ""
+    last = trace.newest("last")
+    if last is None or last.epoch != stop:
+        raise CheckFailed(f"CKPT-1: early stopping triggered at epoch {stop}, but the final "
+                          f"last.pt says epoch {None if last is None else last.epoch}; expected "
+                          f"{stop}: the epoch a run stops at is checkpointed like any other")
+    return f"; last.pt of the early-stop epoch {stop}"
 
 
 def _error_text(r: RankTrace) -> str:

@@ -63,6 +63,7 @@ class ChildContext:
         from trainspec.conformance.run.records import TrainEnd, TrainStart, to_json
         from trainspec.errors import AdapterError
 
+        self.writes.look()  # a write made since the last thing the suite saw
         if isinstance(record, TrainStart):
             self._boundary(record)
 
