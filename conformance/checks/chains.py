@@ -40,9 +40,8 @@ def unreachable(crash: CrashPoint, interrupted: Trace) -> str:
         named = f" of {crash.file}" if crash.file else ""
         return (f"{at} not reached: the run made no checkpoint write{named} under its folder "
                 f"in epoch {crash.epoch}, so none could be interrupted")
-    return (f"{at} not reached: the trainer has no such point ({_MEANING[crash.where]}): its "
-            f"adapter never calls ctx.crash_point({crash.where!r}, epoch), and no record the "
-            "suite sees marks it")
+    return (f"{at}, a point the trainer does not have ({_MEANING[crash.where]}; its adapter "
+            f"never calls ctx.crash_point({crash.where!r}, ...))")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
