@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from trainspec.conformance.run import writewatch
 from trainspec.conformance.run.records import Crash, Record
 from trainspec.conformance.run.scenario import CrashPoint
 from trainspec.conformance.run.writewatch import WriteWatch
@@ -24,12 +22,12 @@ class Killed(Exception):
 
 
 @pytest.fixture
-def records(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Record]]:
+def records(monkeypatch: pytest.MonkeyPatch) -> list[Record]:
     def kill(pid: int, sig: int) -> None:
         raise Killed
 
-    monkeypatch.setattr(writewatch.os, "kill", kill)
-    yield []
+    monkeypatch.setattr(os, "kill", kill)  # the watch kills with os.kill
+    return []
 
 
 def watch(root: Path, records: list[Record], *, fraction: float = 0.5,
