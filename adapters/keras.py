@@ -75,6 +75,10 @@ _SOURCES = {
               "_should_save_on_batch: save_freq is 'epoch' or a count of batches, so "
               "every n epochs means after epochs n-1, 2n-1, ...; its .keras files and "
               "BackupAndRestore's latest.weights.h5 hold no epoch, run id or config",
+    "CKPT-2": "keras/src/callbacks/backup_and_restore.py, BackupAndRestore._save_model: "
+              "model.save_weights writes latest.weights.h5 in place (h5py opens the path "
+              "itself), with no temporary file renamed over it; only double_checkpoint=True "
+              "(off by default) keeps a .bkp copy that on_train_begin falls back to",
     "CKPT-4": "keras/src/callbacks/backup_and_restore.py, BackupAndRestore._load_model: "
               "with no latest.weights.h5 in backup_dir, fit starts afresh without an "
               "error (by design: the first run of a job has no backup)",

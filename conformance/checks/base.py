@@ -182,6 +182,9 @@ class CheckContext:
         if missing:
             self.skipped.append(f"{case} (the target does not declare {', '.join(missing)})")
         return not missing
+    # cases the running check could not judge on this target (a crash point it lacks): named
+    # after a pass's evidence, never turned into a fail
+    notes: list[str] = field(default_factory=list)
 
     def run(self, scenario: Scenario) -> Trace:
         """The trace of one run (cached: a scenario is deterministic)."""
@@ -283,7 +286,8 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
     missing = sorted(spec.requires - ctx.capabilities)
     if missing:
         return result("n/a", f"the target does not declare {', '.join(missing)}")
-    runs, ctx.runs, ctx.judged, ctx.skipped = ctx.runs, _Watched(ctx.runs, ctx), {}, []
+    runs, ctx.runs, ctx.judged = ctx.runs, _Watched(ctx.runs, ctx), {}
+    ctx.skipped, ctx.notes = [], []
     try:
         try:
             evidence = spec.func(ctx)
@@ -313,6 +317,8 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
         ctx.runs = runs
     if ctx.skipped:
         evidence = f"{evidence}; not run: {'; '.join(ctx.skipped)}"
+    if ctx.notes:
+        evidence += f" (not judged: {'; '.join(dict.fromkeys(ctx.notes))})"
     return result("passed", evidence)
 
 

@@ -54,13 +54,17 @@ def _identity(f: FileSnapshot | None) -> tuple[int, int, int | None] | None:
        covers=("BEST-3.1", "BEST-3.2", "BEST-3.3", "BEST-3.4", "BEST-3.5", "BEST-3.6"))
 def check_best_file_follows_improvements(ctx: CheckContext) -> str:
     """best.pt is written on each improvement and only then, with that epoch's weights."""
-    cases = [make_scenario("best-file", [0.3, 0.5, 0.4, 0.6, 0.6])]
+    cases = [make_scenario("best-file", [0.3, 0.5, 0.4, 0.6, 0.6]),
+             # improvements at epochs 1 and 3, which ckpt.every_n_epochs=2 skips: best.pt is
+             # written on every improvement, not only when the periodic save fires
+             make_scenario("best-file-periodic", [0.1, 0.3, 0.2, 0.4, 0.5],
+                           cfg={"ckpt.every_n_epochs": 2})]
     if ctx.can("val_first", case="the val.first case"):
         # val.first improves on nothing yet, so it writes best.pt, for epoch -1; nothing after
         cases.append(make_scenario("best-file-first", [0.1, 0.2, 0.4], first=0.5))
     writes = [_judge_best_writes(ctx.completed(s).rank0) for s in cases]
-    return f"best.pt rewritten at each of {' and '.join(map(str, writes))} improvements only, " \
-        "with epoch (-1 at val.first), step, weights"
+    return f"best.pt rewritten at each of {' and '.join(map(str, writes))} improvements only " \
+        "(with ckpt.every_n_epochs=2 too), with epoch (-1 at val.first), step, weights"
 
 
 def _judge_best_writes(r: RankTrace) -> int:

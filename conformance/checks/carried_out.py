@@ -9,7 +9,9 @@ run a passing check judged must show its scenario carried out (:func:`shortfall`
   validation after every epoch the schedule names (``val.every_n_epochs``, the final epoch,
   ``val.first`` for a run that is not a resume);
 - a run asked to be interrupted: the interruption point reached on the rank the scenario
-  interrupts (a write that never came through torch.save: judged as a whole run);
+  interrupts; a run that completed without reaching it (a trainer without that point, a
+  write it never made, an epoch it stopped before) is judged as a whole run, and the check
+  says ``n/a`` for that point (``checks/chains.py``);
 - a run that ended otherwise while the check passed (a trainer refusing a checkpoint): the
   trainer raised, or called ``sys.exit`` with a message; a run killed by a signal or ended
   without a word shows nothing attempted.
@@ -44,9 +46,11 @@ def shortfall(s: Scenario, trace: Trace) -> str | None:
 
 def _rank_shortfall(s: Scenario, r: RankTrace) -> str | None:
     crash = s.crash
-    if crash is not None and crash.where == "write" and not r.crashes \
+    if crash is not None and r.rank == crash.rank and not r.crashes \
             and r.status == "completed":
-        crash = None  # no write through torch.save to interrupt: judged as a whole run
+        # a point the run never reached (a trainer without it, a write it never made, an
+        # epoch it stopped before): judged as a whole run; the check says n/a for the point
+        crash = None
     if crash is not None:
         if r.rank != crash.rank:
             return None

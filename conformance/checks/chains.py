@@ -6,13 +6,42 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, RunBroke
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, RunBroke
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import CrashPoint, Scenario
 from trainspec.conformance.run.trace import Trace
 
-__all__ = ["ResumePair", "interrupt_and_resume", "resume_after", "source_checkpoint",
-           "with_load"]
+__all__ = ["ResumePair", "Unreachable", "interrupt_and_resume", "reachable_pairs",
+           "resume_after", "source_checkpoint", "unreachable", "with_load"]
+
+# what each crash point means, for the reason a trainer without it is not judged there
+_MEANING = {"train_start": "entering an epoch's training",
+            "train_end": "leaving an epoch's training",
+            "val_start": "entering the validation after an epoch",
+            "val_after_save": "between best-model selection and the patience step",
+            "write": "inside a checkpoint write"}
+
+
+class Unreachable(NotApplicable):
+    """The run completed without reaching the crash point: not judged there (never a fail)."""
+
+
+def unreachable(crash: CrashPoint, interrupted: Trace) -> str:
+    """Why a completed run never reached ``crash``: the trainer stopped before that epoch,
+    wrote nothing there, or has no such point the suite can see."""
+    r = interrupted.ranks[min(crash.rank, len(interrupted.ranks) - 1)]
+    at = f"{crash.where} of epoch {crash.epoch}"
+    trained = r.epochs_trained
+    if crash.epoch not in trained:
+        stop = next((v.epoch for v in r.validations if v.stop), None)
+        how = "stopped early after epoch " + str(stop) if stop is not None else "completed"
+        return f"{at} not reached: the run trained epochs {trained} and {how}"
+    if crash.where == "write":
+        named = f" of {crash.file}" if crash.file else ""
+        return (f"{at} not reached: the run made no checkpoint write{named} under its folder "
+                f"in epoch {crash.epoch}, so none could be interrupted")
+    return (f"{at}, a point the trainer does not have ({_MEANING[crash.where]}; its adapter "
+            f"never calls ctx.crash_point({crash.where!r}, ...))")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +74,8 @@ def interrupt_and_resume(ctx: CheckContext, clause: str, s: Scenario,
     cached = ctx.memo.get(key)
     if isinstance(cached, ResumePair):
         return cached
+    if isinstance(cached, Unreachable):
+        raise cached
     root = ctx.runs.new_ckpt_root(f"{s.name}-{crash.where}-{crash.epoch}")
     first = s.replace(name=f"{s.name}-crash-{crash.where}-{crash.epoch}", crash=crash)
     interrupted = ctx.runs.run(first, ckpt_root=root)
@@ -52,13 +83,28 @@ def interrupt_and_resume(ctx: CheckContext, clause: str, s: Scenario,
     if not hit:
         if not interrupted.completed:
             raise RunBroke(interrupted, first)
-        raise CheckFailed(f"{clause}: the run never reached the interruption point "
-                          f"({crash.where} of epoch {crash.epoch}); it trained "
-                          f"{interrupted.rank0.epochs_trained}")
+        ctx.memo[key] = Unreachable(unreachable(crash, interrupted))
+        raise Unreachable(unreachable(crash, interrupted))
     pair = resume_after(ctx, clause, s, interrupted, root,
                         f"interrupted at {crash.where} of epoch {crash.epoch}")
     ctx.memo[key] = pair
     return pair
+
+
+def reachable_pairs(ctx: CheckContext, clause: str, s: Scenario,
+                    crashes: tuple[CrashPoint, ...]) -> list[tuple[CrashPoint, ResumePair]]:
+    """:func:`interrupt_and_resume` at each point the run reaches; a point it never reaches
+    is noted as not judged (``n/a`` for the check when no point is reached)."""
+    pairs, skipped = [], []
+    for crash in crashes:
+        try:
+            pairs.append((crash, interrupt_and_resume(ctx, clause, s, crash)))
+        except Unreachable as e:
+            skipped.append(str(e))
+    if not pairs:
+        raise NotApplicable("; ".join(skipped))
+    ctx.notes.extend(skipped)
+    return pairs
 
 
 def resume_after(ctx: CheckContext, clause: str, s: Scenario, interrupted: Trace, root: Path,

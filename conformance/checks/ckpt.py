@@ -12,12 +12,13 @@ from trainspec.conformance.checks.chains import (
     combined_decisions,
     resume_after,
     source_checkpoint,
+    unreachable,
     with_load,
 )
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.records import RunExit, Write
-from trainspec.conformance.run.scenario import CrashPoint
+from trainspec.conformance.run.scenario import CrashPoint, Scenario
 from trainspec.conformance.run.trace import RankTrace
 
 __all__: list[str] = []
@@ -97,13 +98,33 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
     if last is None or last.epoch != 4:
         raise CheckFailed(f"CKPT-1: the final last.pt says epoch "
                           f"{None if last is None else last.epoch}, expected 4")
+    stopped = _early_stop_file(ctx) if "early_stopping" in ctx.capabilities else ""
     off = make_scenario("ckpt-no-last", [0.1, 0.2], cfg={"ckpt.save_last": False})
     written = sorted(f.name for f in ctx.completed(off).files if f.role in ("last", "epoch"))
     if written:
         raise CheckFailed(f"CKPT-1: with ckpt.save_last=false and every_n_epochs unset the "
                           f"run wrote {written}; expected no last.pt and no epoch_<e>.pt")
     return "last.pt after each epoch; epoch_0/2/4.pt at every_n_epochs=2; none when off; " \
-        "each loads weights-only with epoch, step, run id, config and every item"
+        f"each loads weights-only with epoch, step, run id, config and every item{stopped}"
+
+
+def _early_stop_file(ctx: CheckContext) -> str:
+    """The epoch at which early stopping triggers is checkpointed like any other: the run's
+    final last.pt holds it. Judged at the trainer's own stop (when it stops is PAT's matter)."""
+    s = make_scenario("ckpt-early-stop", [0.3, 0.5, 0.4, 0.35, 0.3, 0.2],
+                      cfg={"val.patience": 2})
+    trace = ctx.completed(s)
+    stop = next((v.epoch for v in trace.rank0.validations if v.stop and v.phase == "epoch"),
+                None)
+    if stop is None:
+        ctx.notes.append("the early-stop epoch's file: the trainer never stopped early")
+        return ""
+    last = trace.newest("last")
+    if last is None or last.epoch != stop:
+        raise CheckFailed(f"CKPT-1: early stopping triggered at epoch {stop}, but the final "
+                          f"last.pt says epoch {None if last is None else last.epoch}; expected "
+                          f"{stop}: the epoch a run stops at is checkpointed like any other")
+    return f"; last.pt of the early-stop epoch {stop}"
 
 
 def _error_text(r: RankTrace) -> str:
@@ -160,29 +181,51 @@ def _first_line(text: str) -> str:
 
 @check("CKPT-2", requires={"checkpoint"}, covers=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
 def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
-    """SIGKILL part-way through a checkpoint write leaves a loadable file at that path."""
-    s = make_scenario("ckpt-torn", [0.9, 0.1, 0.1, 0.1])  # epochs 1-3 only write last.pt
+    """SIGKILL part-way through a checkpoint write leaves a loadable file at that path: the
+    epoch's first write, and the write of the best file on an improvement.
+
+    The write is seen whatever library makes it (run/writewatch.py): torch.save onto a path,
+    bytes serialized in memory then written, safetensors, a framework's own writer.
+    """
+    cases = [(make_scenario("ckpt-torn", [0.9, 0.1, 0.1, 0.1]), "", "last")]  # last.pt only
+    improves = make_scenario("ckpt-torn-best", [0.1, 0.2, 0.9, 0.3])  # epoch 2 improves
+    best = ctx.completed(improves).newest("best")
+    if best is not None:
+        cases.append((improves, best.name, "best"))
+    else:
+        ctx.notes.append("the run wrote no best file, so none could be interrupted")
+    done = [what for s, name, role in cases
+            if (what := _torn_writes(ctx, s, name, role)) is not None]
+    if not done:
+        raise NotApplicable("; ".join(ctx.notes))
+    return f"killed at 0%, 50% and 100% of {' and of '.join(done)}: every checkpoint name " \
+        "still loads"
+
+
+def _torn_writes(ctx: CheckContext, s: Scenario, name: str, role: str) -> str | None:
+    """Kill ``s`` inside its first write of epoch 2 (of ``name``, when given) at three
+    points; the write judged, or None (noted) when the run made no such write."""
     for fraction in (0.0, 0.5, 1.0):
-        crash = CrashPoint(where="write", epoch=2, fraction=fraction)
-        trace = ctx.run(s.replace(name=f"ckpt-torn-{fraction}", crash=crash))
-        r = trace.rank0
-        torn = r.crashes
+        crash = CrashPoint(where="write", epoch=2, fraction=fraction, file=name)
+        trace = ctx.run(s.replace(name=f"{s.name}-{fraction}", crash=crash))
+        torn = trace.rank0.crashes
         if not torn:
-            raise NotApplicable("the trainer wrote no checkpoint through torch.save in epoch 2, "
-                                "so no write could be interrupted")
-        written = f"killed after writing {fraction:.0%} of its first checkpoint of epoch 2 " \
+            ctx.notes.append(unreachable(crash, trace))
+            return None
+        what = os.path.basename(torn[0].path or "") or "a checkpoint"
+        written = f"killed after writing {fraction:.0%} of {what} in epoch 2 " \
             f"({torn[0].bytes} bytes)"
         for f in trace.files:
             if f.role is not None and f.error:
                 raise CheckFailed(f"CKPT-2: {written}, {f.name} no longer loads ({f.error}): "
                                   "write to a temporary file in the same folder, fsync, then "
                                   "os.replace it over the old one")
-        last = trace.newest("last")
-        if last is None or last.epoch not in (1, 2):
-            raise CheckFailed(f"CKPT-2: {written}, last.pt says epoch "
-                              f"{None if last is None else last.epoch}; expected epoch 1 (the "
+        kept = trace.newest(role)
+        if kept is None or kept.epoch not in (1, 2):
+            raise CheckFailed(f"CKPT-2: {written}, the {role} checkpoint says epoch "
+                              f"{None if kept is None else kept.epoch}; expected epoch 1 (the "
                               "previous file) or 2 (the new one, complete)")
-    return "killed at 0%, 50% and 100% of a last.pt write: every checkpoint name still loads"
+    return f"the write of {name}" if name else "the first checkpoint write of an epoch"
 
 
 class _RunsCode:

@@ -9,7 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, RunBroke, check
+from trainspec.conformance.checks.base import (
+    CheckContext,
+    CheckFailed,
+    NotApplicable,
+    RunBroke,
+    check,
+)
 from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
 from trainspec.conformance.checks.common import (
     describe,
@@ -382,6 +388,6 @@ def _lose_a_rank(ctx: CheckContext, how: CrashHow) -> tuple[Trace, float, float]
         if crashes:
             return trace, crashes[0].t, timeout_s
     if trace.completed:
-        raise CheckFailed(f"DIST-5: rank {n - 1} never reached epoch 1, so it could not be lost "
-                          f"there; the run trained {trace.ranks[n - 1].epochs_trained}")
+        raise NotApplicable(f"rank {n - 1} never reached epoch 1, so it could not be lost "
+                            f"there; the run trained {trace.ranks[n - 1].epochs_trained}")
     raise RunBroke(trace, s)

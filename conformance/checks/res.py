@@ -14,7 +14,7 @@ from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import (
     ResumePair,
     combined_decisions,
-    interrupt_and_resume,
+    reachable_pairs,
     with_load,
 )
 from trainspec.conformance.checks.common import item_difference, make_scenario, weights_diff
@@ -46,7 +46,7 @@ def res_scenario() -> Scenario:
 
 def _pairs(ctx: CheckContext, clause: str,
            crashes: tuple[CrashPoint, ...] = CRASHES) -> list[tuple[CrashPoint, ResumePair]]:
-    return [(c, interrupt_and_resume(ctx, clause, res_scenario(), c)) for c in crashes]
+    return reachable_pairs(ctx, clause, res_scenario(), crashes)
 
 
 def _at(c: CrashPoint) -> str:
@@ -160,9 +160,8 @@ def check_resume_is_bitwise_exact(ctx: CheckContext) -> str:
     """On CPU, crash + resume ends with weights bitwise equal to the uninterrupted run."""
     s = make_scenario("res-exact", [0.1, 0.2, 0.3, 0.4], task=Task(shuffle=True))
     whole = ctx.completed(s).rank0
-    for crash in (CrashPoint(where="train_start", epoch=2), CrashPoint(where="val_start",
-                                                                        epoch=1)):
-        pair = interrupt_and_resume(ctx, "RES-4", s, crash)
+    for crash, pair in reachable_pairs(ctx, "RES-4", s, (
+            CrashPoint(where="train_start", epoch=2), CrashPoint(where="val_start", epoch=1))):
         r = pair.resumed.rank0
         final = weights_diff(whole.final_weights, r.final_weights)
         lost = _lost_state(whole, r)

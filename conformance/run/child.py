@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
-import io
 import json
 import os
 import signal
@@ -43,8 +42,10 @@ class ChildContext:
         self._rank, self._world_size, self._ckpt_root = rank, world_size, ckpt_root
         self._fd = events_fd
         self._scenario = scenario
-        self.epoch_started: int | None = None
-        self.torn = False
+        self.fired: set[tuple[str, int]] = set()  # the crash points already interrupted at
+        from trainspec.conformance.run.writewatch import WriteWatch
+
+        self.writes = WriteWatch(ckpt_root, rank, scenario.crash, self.record)
 
     @property
     def rank(self) -> int:
@@ -59,8 +60,12 @@ class ChildContext:
         return self._ckpt_root
 
     def record(self, record: Record) -> None:
-        from trainspec.conformance.run.records import to_json
+        from trainspec.conformance.run.records import TrainEnd, TrainStart, to_json
         from trainspec.errors import AdapterError
+
+        self.writes.look()  # a write made since the last thing the suite saw
+        if isinstance(record, TrainStart):
+            self._boundary(record)
 
         try:
             line = json.dumps(to_json(record)) + "\n"
@@ -74,26 +79,34 @@ class ChildContext:
         # os.write on an fd opened before the run: no open() call for the audit hook to see,
         # and a line is on disk before the next statement, so a kill loses nothing recorded
         os.write(self._fd, line.encode())
+        if isinstance(record, TrainEnd):
+            self._boundary(record)
 
     def crash_point(self, where: CrashWhere, epoch: int) -> None:
         from trainspec.conformance.run.probe import crash_matches, interrupt
         from trainspec.conformance.run.records import Crash
 
         if where == "train_start":
-            self.epoch_started = epoch
+            self.writes.enter_epoch(epoch)
+        else:
+            self.writes.look()
         crash = self._scenario.crash
-        if crash is not None and crash_matches(self._scenario, where, epoch, self._rank):
+        if crash is not None and crash_matches(self._scenario, where, epoch, self._rank) \
+                and (where, epoch) not in self.fired:
+            self.fired.add((where, epoch))
             self.record(Crash(where=where, epoch=epoch, how=crash.how, t=time.time()))
             interrupt(crash.how, crash.stall_s)
 
-    def should_tear_write(self) -> float | None:
-        """The share of bytes to write before a kill, when this write is the one to tear."""
-        crash = self._scenario.crash
-        if crash is None or crash.where != "write" or crash.rank != self._rank \
-                or self.epoch_started != crash.epoch or self.torn:
-            return None
-        self.torn = True
-        return float(crash.fraction)
+    def _boundary(self, record: Record) -> None:
+        """The epoch boundaries the suite sees in the records themselves: an adapter that
+        offers no ``train_start`` or ``train_end`` crash point is interrupted there all the
+        same (before its TrainStart is written, after its TrainEnd)."""
+        from trainspec.conformance.run.records import TrainEnd, TrainStart
+
+        if isinstance(record, TrainStart):
+            self.crash_point("train_start", record.epoch)
+        elif isinstance(record, TrainEnd):
+            self.crash_point("train_end", record.epoch)
 
 
 def set_parent_death_signal() -> None:
@@ -146,76 +159,6 @@ def sweep_children(keep: set[int] | frozenset[int] = frozenset()) -> int:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, 0)
     return killed
-
-
-def _install_write_watch(ctx: ChildContext, slow_writes_s: float) -> None:
-    """Record every write into the checkpoint folder this process makes (DIST-4, DBG-3)."""
-    import torch
-
-    from trainspec.conformance.run.records import Write
-
-    root = str(ctx.ckpt_root.resolve())
-
-    def inside(path: object) -> str | None:
-        if isinstance(path, bytes):
-            path = path.decode(errors="replace")
-        if not isinstance(path, str | os.PathLike):
-            return None
-        full = os.path.abspath(os.fspath(path))
-        return full if full.startswith(root) else None
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event == "open" and len(args) >= 2:
-            mode, path = args[1], inside(args[0])
-            flags = args[2] if len(args) > 2 else 0
-            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                mode is None and isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
-            if path and writes:
-                ctx.record(Write(path=path, via="open", t=time.time()))
-        elif event == "os.rename" and len(args) >= 2:
-            path = inside(args[1])
-            if path:
-                ctx.record(Write(path=path, via="rename", t=time.time()))
-
-    sys.addaudithook(hook)
-    original = torch.save
-
-    def watched_save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
-        target = inside(f) if not hasattr(f, "write") else inside(getattr(f, "name", None))
-        if target:
-            ctx.record(Write(path=target, via="torch.save", t=time.time()))
-            if slow_writes_s and ctx.rank == 0:
-                time.sleep(slow_writes_s)
-            fraction = ctx.should_tear_write()
-            if fraction is not None:
-                _tear(original, obj, f, fraction, ctx)
-        original(obj, f, *args, **kwargs)
-
-    torch.save = watched_save
-    torch.serialization.save = watched_save
-
-
-def _tear(save: Any, obj: object, f: Any, fraction: float, ctx: ChildContext) -> None:
-    """Write the first ``fraction`` of the file's bytes where torch.save would, then die.
-
-    This is what a crash mid-write leaves: whatever the trainer's way of writing (in place,
-    or a temporary file renamed afterwards), the bytes reach the file it opened.
-    """
-    buffer = io.BytesIO()
-    save(obj, buffer)
-    data = buffer.getvalue()[: int(len(buffer.getvalue()) * fraction)]
-    if hasattr(f, "write"):
-        f.write(data)
-        f.flush()
-    else:
-        with open(f, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-    from trainspec.conformance.run.records import Crash
-
-    ctx.record(Crash(where="write", bytes=len(data), how="sigkill", t=time.time()))
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _error_is_ours(tb: traceback.StackSummary, adapter: object) -> bool:
@@ -273,7 +216,7 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
                         os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     ctx = ChildContext(rank=req["rank"], world_size=scenario.world_size,
                        ckpt_root=Path(req["ckpt_root"]), events_fd=events_fd, scenario=scenario)
-    _install_write_watch(ctx, scenario.task.slow_writes_s)
+    ctx.writes.install(scenario.task.slow_writes_s, ctx.rank)
     try:
         adapter.run(scenario, ctx)
     except SystemExit as e:
@@ -288,5 +231,6 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
                             traceback="".join(traceback.format_exception(e))[-8000:],
                             ours=_error_is_ours(tb, adapter), t=time.time()))
         return 1
+    ctx.writes.look()  # a write the run ended on
     ctx.record(Done(t=time.time()))
     return 0

@@ -211,6 +211,7 @@ class Crash:
     how: str  # sigkill, sigterm, stall, raise
     epoch: int | None = None
     bytes: int | None = None  # for a torn write: the bytes written before the kill
+    path: str | None = None  # for a torn write: the file torn (relative to the folder)
     t: float = 0.0
 
 
@@ -349,7 +350,8 @@ _BUILDERS: dict[type, Callable[[FieldReader], Record]] = {
                                          unchanged=r.names("unchanged")),
     Write: lambda r: Write(path=r.text("path"), via=_via(r), t=r.number("t", 0.0)),
     Crash: lambda r: Crash(where=_where(r), how=r.text("how"), epoch=r.opt_int("epoch"),
-                           bytes=r.opt_int("bytes"), t=r.number("t", 0.0)),
+                           bytes=r.opt_int("bytes"), path=r.opt_text("path"),
+                           t=r.number("t", 0.0)),
     RunError: lambda r: RunError(type=r.text("type"), message=r.text("message"),
                                  traceback=r.text("traceback", ""), ours=r.flag("ours"),
                                  t=r.number("t", 0.0)),

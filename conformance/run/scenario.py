@@ -32,8 +32,12 @@ CrashWhere = Literal[
     "train_end",  # leaving train_epoch(epoch): nothing of this epoch saved yet
     "val_start",  # entering the validation after epoch (seed order: after its last.pt write)
     "val_after_save",  # after save_if_best, before step_patience
-    "write",  # inside the first checkpoint write (torch.save) of the epoch, part-way through
+    "write",  # inside the epoch's first checkpoint write (of ``file``), part-way through
 ]
+# An adapter calls ctx.crash_point(where, epoch) at the points its trainer has. The suite also
+# interrupts at what it sees itself: train_start before an epoch's TrainStart record, train_end
+# after its TrainEnd record, and "write" at any write into the checkpoint folder, whatever
+# library makes it (run/writewatch.py). A point a run never reaches is not judged (n/a).
 CrashHow = Literal["sigkill", "sigterm", "raise", "stall"]
 
 
@@ -46,6 +50,7 @@ class CrashPoint:
     how: CrashHow = "sigkill"
     rank: int = 0  # which rank is interrupted (under several ranks)
     fraction: float = 0.5  # "write": the share of the file's bytes written before the kill
+    file: str = ""  # "write": only a file (or folder) of this name; "" the first write
     stall_s: float = 0.0  # "stall": how long the rank stops answering, then raises
 
 

@@ -173,3 +173,17 @@ class TestsInitialWeightsWithoutImprovement(BaseTrainer):
         if self.best_model is None:
             self.best_model = self._snapshot_weights()
         super().train()
+
+
+@mutant_of("check_best_file_follows_improvements",
+           expect="epoch 1 improved but best.pt was not rewritten",
+           proves=("BEST-3.1",))
+class WritesBestOnlyWithThePeriodicSave(BaseTrainer):
+    """Writes best.pt only at epochs the periodic save fires (``ckpt.every_n_epochs``): an
+    improvement at a skipped epoch is never written, so the best model is lost."""
+
+    def _save(self, name: str) -> None:
+        every = self.cfg.ckpt.every_n_epochs
+        if name == "best.pt" and every is not None and self._completed_epoch % every != 0:
+            return
+        super()._save(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -307,3 +308,32 @@ class SigtermSavesMidEpoch(BaseTrainer):
             yield
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+
+@mutant_of("check_checkpoint_files_and_contents",
+           expect="early stopping triggered at epoch 3, but the final last.pt says epoch 2",
+           proves=("CKPT-1.1",))
+class NoCheckpointAtTheEarlyStop(BaseTrainer):
+    """Leaves the loop as soon as patience runs out, before the epoch's checkpoints: the epoch
+    at which early stopping triggers is never saved."""
+
+    def _write_epoch_checkpoints(self) -> None:
+        if not self._stopped:
+            super()._write_epoch_checkpoints()
+
+
+@mutant_of("check_interrupted_write_keeps_the_previous_file",
+           expect="of best.pt in epoch 2 (0 bytes), best.pt no longer loads",
+           proves=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
+class WritesTheBestFileInPlace(BaseTrainer):
+    """Writes last.pt atomically but serializes best.pt in memory and writes the bytes
+    straight over the old file: a kill mid-write leaves the best model torn."""
+
+    def _write_file(self, path: Path, state: dict[str, Any]) -> None:
+        if path.name != "best.pt":
+            super()._write_file(path, state)
+            return
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        with open(path, "wb") as f:
+            f.write(buffer.getvalue())

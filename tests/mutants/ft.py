@@ -85,3 +85,20 @@ class FinetuneSkipsWeights(BaseTrainer):
     def _load_checkpoint(self) -> dict[str, Any] | None:
         ckpt = super()._load_checkpoint()
         return ckpt if self.is_resumed else None
+
+
+@mutant_of("check_finetune_accepts_a_new_optimizer",
+           expect="the run raised: ValueError: loaded state dict has a different number of "
+                  "parameter groups",
+           proves=("FT-3.1",))
+class FinetuneLoadsAMatchingOptimizerClass(BaseTrainer):
+    """On a finetune, restores the optimizer whenever its class matches the checkpoint's,
+    whatever its parameter groups: a new head in a second group crashes the load."""
+
+    def _apply_checkpoint(self, ckpt: dict[str, Any]) -> None:
+        super()._apply_checkpoint(ckpt)
+        optimizer = self.ckpt_items.get("optimizer")
+        if not self.is_resumed and optimizer is not None and \
+                ckpt.get("optimizer_class") == f"{type(optimizer).__module__}." \
+                f"{type(optimizer).__qualname__}":
+            optimizer.load_state_dict(ckpt["optimizer_state_dict"])
