@@ -4,12 +4,15 @@
     python -m benchmarks --quick          # fewer repeats, no matrix: a few minutes
     python -m benchmarks --quick --with-matrix
     python -m benchmarks --only checkpoint,trainer --out bench.md
+    python -m benchmarks --keep-results run.pickle   # then, after changing only the text:
+    python -m benchmarks --from-results run.pickle   # the doc again, nothing measured
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +49,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                              "with --quick all but matrix)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="FILE.md",
                         help="where the results go (default: docs/benchmarks.md)")
+    parser.add_argument("--keep-results", type=Path, metavar="FILE.pickle",
+                        help="also keep the measurements in this file (for --from-results)")
+    parser.add_argument("--from-results", type=Path, metavar="FILE.pickle",
+                        help="measure nothing: write the doc from measurements a run kept "
+                             "with --keep-results (after a change to the report's text)")
     args = parser.parse_args(argv)
     if args.only is None:
         skip = {"matrix"} if args.quick and not args.with_matrix else set()
@@ -95,6 +103,30 @@ def _command(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
+    if args.from_results is not None:
+        with args.from_results.open("rb") as f:
+            kept = pickle.load(f)  # a file this program wrote
+        if not isinstance(kept, Results):
+            raise SystemExit(f"{args.from_results}: not the measurements of a benchmark run")
+        return _write(args.out, kept)
+    results = measure(args)
+    if args.keep_results is not None:
+        with args.keep_results.open("wb") as f:
+            pickle.dump(results, f)
+    return _write(args.out, results)
+
+
+def _write(out: Path, results: Results) -> int:
+    text = render(results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    _say(f"wrote {out} ({results.elapsed_s / 60:.1f} min of measuring)")
+    return 0
+
+
+def measure(args: argparse.Namespace) -> Results:
+    """Every benchmark ``args`` selects, timed; the doc's data."""
     quick: bool = args.quick
     began = time.perf_counter()
     started = time.strftime("%Y-%m-%d %H:%M %Z")
@@ -115,19 +147,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoint = run("checkpoint", "checkpoint cost: save_checkpoint/load_checkpoint vs "
                      "torch.save/torch.load", lambda: bench_checkpoint.run(quick=quick))
     earlier = earlier_run_lengths(args.out.read_text()) if args.out.is_file() else {}
-    text = render(Results(
-        command=_command(args), is_quick=quick, started=started,
+    return Results(
+        command=_command(args), is_quick=quick, started=started, is_subset=args.is_subset,
         elapsed_s=time.perf_counter() - began, machine=machine,
         load_after=os.getloadavg()[0], suite=suite, startup=startup, breakdown=breakdown,
         world=world, matrix=matrix, trainer=trainer,
         checkpoint=None if checkpoint is None else checkpoint[0],
         save_profile=None if checkpoint is None else checkpoint[1],
-        timings_s=run.timings_s, earlier=earlier))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
-    _say(f"wrote {args.out} in {(time.perf_counter() - began) / 60:.1f} min")
-    return 0
+        timings_s=run.timings_s, earlier=earlier)
 
 
 if __name__ == "__main__":

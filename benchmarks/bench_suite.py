@@ -59,6 +59,9 @@ class SuiteCost:
     family_s: dict[str, dict[str, Spread]]  # family -> arm -> summed check durations
     slowest: list[tuple[str, str, Spread]]  # (check, family, durations) on 1 worker
     checks_total_s: dict[str, Spread]  # sum of every check's duration, per arm
+    # wall time outside the runner, run by run (wall - the report's duration_s): interpreter,
+    # imports, the plan, printing and writing the reports, the interpreter's exit
+    outside_runner_s: dict[str, Spread]
     verdicts: set[str]
 
 
@@ -125,6 +128,8 @@ def measure(*, repeats: int) -> SuiteCost:
     return SuiteCost(
         wall_s={arm: Spread.of(v) for arm, v in wall.items()},
         report_s={arm: Spread.of([r.report_s for r in rs]) for arm, rs in runs.items()},
+        outside_runner_s={arm: Spread.of([r.wall_s - r.report_s for r in rs])
+                          for arm, rs in runs.items()},
         ratio=paired_ratios(wall["-n 2"], wall["1 worker"]),
         to_baseline={arm: paired_ratios(wall[arm], wall[BASELINE]) for arm in RATIO_AIMS},
         family_s=family_s,

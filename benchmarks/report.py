@@ -34,7 +34,7 @@ __all__ = ["Results", "RunLength", "earlier_run_lengths", "render"]
 class RunLength:
     """How long one mode's run took: the mode's row of the run-length table."""
 
-    mode: str  # "quick" or "full"
+    mode: str  # "quick", "full", or "subset" (--only: never kept for a later run)
     command: str
     minutes: str  # as shown, e.g. "4.2 min"
     when: str
@@ -45,6 +45,7 @@ class Results:
     command: str
     is_quick: bool
     started: str  # local date and time
+    is_subset: bool = False  # --only: its length is no mode's
     elapsed_s: float
     machine: Machine
     load_after: float
@@ -136,13 +137,13 @@ def _summary_rows(r: Results) -> list[list[str]]:
 
 
 def _run_length(r: Results) -> list[str]:
-    mode = "quick" if r.is_quick else "full"
+    mode = "subset" if r.is_subset else "quick" if r.is_quick else "full"
     this = RunLength(mode=mode, command=f"`{r.command}`", minutes=f"{r.elapsed_s / 60:.1f} min",
                      when=r.started)
     modes = {**{k: v for k, v in r.earlier.items() if k != mode}, mode: this}
     rows = [[m.mode, m.command, m.minutes,
              f"{m.when} ({'this run' if m is this else 'an earlier run'})"]
-            for m in (modes[k] for k in ("quick", "full") if k in modes)]
+            for m in (modes[k] for k in ("quick", "full", "subset") if k in modes)]
     lines = ["## Run length", "",
              "`--quick` runs fewer repeats and leaves the matrix out (unless `--with-matrix`); "
              "the full run measures everything, the matrix once. How long each took on this "

@@ -7,6 +7,7 @@ run-length rows the report keeps from one run to the next.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -137,3 +138,5 @@ def test_a_run_keeps_the_other_modes_run_length() -> None:
     assert "| full | `python -m benchmarks` | 1.5 min | 2026-01-02 03:04 UTC (an earlier run) |" \
         in quick.splitlines()
     assert rows["quick"].command == "`python -m benchmarks --quick`"
+    subset = render(dataclasses.replace(_results(is_quick=True, earlier=rows), is_subset=True))
+    assert earlier_run_lengths(subset) == rows  # a run of some benchmarks is no mode's length
