@@ -1,24 +1,43 @@
-"""docs/benchmarks.md: the results tables, the targets, and what a missed target comes from."""
+"""docs/benchmarks.md: the summary against the targets, the run's length, then one section per
+benchmark (``report_suite``, ``report_profile``, ``report_trainer``, ``report_checkpoint``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
-from benchmarks.bench_checkpoint import LOAD_ARMS, SAVE_ARMS, CheckpointCost, SaveProfile
-from benchmarks.bench_suite import ARMS as SUITE_ARMS
-from benchmarks.bench_suite import TARGET_S as SUITE_TARGET_S
+from benchmarks.bench_breakdown import Breakdown
+from benchmarks.bench_checkpoint import CheckpointCost, SaveProfile
+from benchmarks.bench_matrix import MatrixCost
+from benchmarks.bench_startup import StartupCost
 from benchmarks.bench_suite import SuiteCost
-from benchmarks.bench_trainer import THREADS, Overhead
+from benchmarks.bench_trainer import THREADS, TrainerCost
 from benchmarks.bench_world import WorldCost
 from benchmarks.machine import Machine
-from benchmarks.stats import Spread
+from benchmarks.report_checkpoint import checkpoint_rows, checkpoint_section
+from benchmarks.report_common import table
+from benchmarks.report_profile import profile_section
+from benchmarks.report_suite import (
+    matrix_rows,
+    matrix_section,
+    suite_rows,
+    suite_section,
+    world_rows,
+    world_section,
+)
+from benchmarks.report_trainer import trainer_rows, trainer_section
 
-__all__ = ["Results", "render"]
+__all__ = ["Results", "RunLength", "earlier_run_lengths", "render"]
 
-TRAINER_TARGET = 1.03
-CKPT_TARGET = 1.2
-WORLD_TARGET = 5.0
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLength:
+    """How long one mode's run took: the mode's row of the run-length table."""
+
+    mode: str  # "quick", "full", or "subset" (--only: never kept for a later run)
+    command: str
+    minutes: str  # as shown, e.g. "4.2 min"
+    when: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,33 +45,36 @@ class Results:
     command: str
     is_quick: bool
     started: str  # local date and time
+    is_subset: bool = False  # --only: its length is no mode's
     elapsed_s: float
     machine: Machine
     load_after: float
-    suite: SuiteCost | None
-    world: WorldCost | None
-    trainer: list[Overhead] | None
-    trainer_profiles: dict[str, dict[str, float]] | None
-    frameworks: dict[str, bool] | None
-    checkpoint: list[CheckpointCost] | None
-    save_profile: SaveProfile | None
+    suite: SuiteCost | None = None
+    world: WorldCost | None = None
+    matrix: MatrixCost | None = None
+    startup: StartupCost | None = None
+    breakdown: Breakdown | None = None
+    trainer: TrainerCost | None = None
+    checkpoint: list[CheckpointCost] | None = None
+    save_profile: SaveProfile | None = None
+    timings_s: dict[str, float] = field(default_factory=dict)  # benchmark -> its seconds
+    earlier: dict[str, RunLength] = field(default_factory=dict)  # the other mode's last run
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(row) + " |" for row in rows), ""]
+_RUN_ROW = re.compile(r"^\| (quick|full) \| (.+?) \| (.+?) \| (.+?) \|$")
 
 
-def _met(is_met: bool) -> str:
-    return "**yes**" if is_met else "**no**"
-
-
-def _ms(spread: Spread, digits: int = 2) -> str:
-    return spread.scaled(1000).fmt(digits, " ms")
-
-
-def _x(spread: Spread, digits: int = 2) -> str:
-    return f"{spread.fmt(digits)}x"
+def earlier_run_lengths(previous: str) -> dict[str, RunLength]:
+    """The run-length rows of an earlier docs/benchmarks.md (mode -> its row), so a run of
+    one mode keeps what the last run of the other took."""
+    found = {}
+    for line in previous.splitlines():
+        match = _RUN_ROW.match(line.strip())
+        if match:
+            mode, command, minutes, when = match.groups()
+            when = re.sub(r" \((this|an earlier) run\)$", "", when)
+            found[mode] = RunLength(mode=mode, command=command, minutes=minutes, when=when)
+    return found
 
 
 def render(r: Results) -> str:
@@ -69,7 +91,7 @@ def render(r: Results) -> str:
         "",
         "## Machine",
         "",
-        *_table(["", ""], [
+        *table(["", ""], [
             ["CPU", f"{m.cpu_model}, {m.cores} cores"],
             ["memory", f"{m.memory_gib:.1f} GiB"],
             ["load average (1 min)", f"{m.load_avg_1m:.2f} at the start, {r.load_after:.2f} "
@@ -81,320 +103,54 @@ def render(r: Results) -> str:
         ]),
         "## Summary",
         "",
-        *_table(["what", "measured", "target", "met"], _summary_rows(r)),
+        *table(["what", "measured", "target", "met"], _summary_rows(r)),
+        *_run_length(r),
     ]
     if r.suite is not None:
-        lines += _suite_section(r.suite)
+        lines += suite_section(r.suite)
+    if r.startup is not None or r.breakdown is not None:
+        lines += profile_section(r.startup, r.breakdown, r.suite)
     if r.world is not None:
-        lines += _world_section(r.world)
+        lines += world_section(r.world)
+    if r.suite is not None or r.matrix is not None:
+        lines += matrix_section(r.matrix)
     if r.trainer is not None:
-        lines += _trainer_section(r.trainer, r.trainer_profiles or {}, r.frameworks or {})
+        lines += trainer_section(r.trainer)
     if r.checkpoint is not None:
-        lines += _checkpoint_section(r.checkpoint, r.save_profile)
+        lines += checkpoint_section(r.checkpoint, r.save_profile)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _summary_rows(r: Results) -> list[list[str]]:
     rows: list[list[str]] = []
     if r.suite is not None:
-        for arm in SUITE_ARMS:
-            wall = r.suite.wall_s[arm]
-            rows.append([f"`trainspec check`, all clauses, {arm}", wall.fmt(1, " s"),
-                         f"≤ {SUITE_TARGET_S:.0f} s", _met(wall.median <= SUITE_TARGET_S)])
+        rows += suite_rows(r.suite)
     if r.world is not None:
-        ratio = paired_ratios_world(r.world)
-        rows.append(["multi-rank: fresh launch / reused world, one DIST scenario",
-                     _x(ratio, 1), f"≥ {WORLD_TARGET:.0f}x", _met(ratio.median >= WORLD_TARGET)])
-    for o in r.trainer or []:
-        rows.append([f"trainer per step, reference / bare loop, {o.size.name}, checkpoints "
-                     f"{'on' if o.is_ckpt_on else 'off'}", _x(o.ratio, 3),
-                     f"≤ {TRAINER_TARGET}x", _met(o.ratio.median <= TRAINER_TARGET)])
-    for c in r.checkpoint or []:
-        save = c.save_ratio["reference"]
-        rows.append([f"checkpoint save, {c.size_mib} MiB: save_checkpoint / torch.save",
-                     _x(save), f"≤ {CKPT_TARGET}x", _met(save.median <= CKPT_TARGET)])
-        rows.append([f"checkpoint load, {c.size_mib} MiB: load_checkpoint / torch.load",
-                     _x(c.load_ratio), f"≤ {CKPT_TARGET}x",
-                     _met(c.load_ratio.median <= CKPT_TARGET)])
+        rows += world_rows(r.world)
+    if r.suite is not None or r.matrix is not None:
+        rows += matrix_rows(r.matrix)
+    if r.trainer is not None:
+        rows += trainer_rows(r.trainer.results)
+    if r.checkpoint is not None:
+        rows += checkpoint_rows(r.checkpoint)
     return rows
 
 
-def paired_ratios_world(w: WorldCost) -> Spread:
-    return Spread.of([f / u for f, u in zip(w.fresh_s, w.reused_s, strict=True)])
-
-
-# ------------------------------------------------------------------------------------ suite
-
-def _suite_section(s: SuiteCost) -> list[str]:
-    one, two = (s.wall_s[arm] for arm in SUITE_ARMS)
-    startup = Spread.of([one.median - s.checks_total_s["1 worker"].median])
-    lines = [
-        "## 1. Suite wall time",
-        "",
-        "`python -m trainspec check --report FILE [-n 2]` on the reference, every clause, as "
-        "a subprocess; wall time from start to exit (interpreter, imports and worker start-up "
-        f"included). Verdicts: {'; '.join(sorted(s.verdicts))}.",
-        "",
-        *_table(["arm", "wall", "report's duration_s", "sum of check durations"],
-                [[arm, s.wall_s[arm].fmt(1, " s"), s.report_s[arm].fmt(1, " s"),
-                  s.checks_total_s[arm].fmt(1, " s")] for arm in SUITE_ARMS]),
-        f"`-n 2` / 1 worker: **{_x(s.ratio)}** wall. With 1 worker about "
-        f"{startup.median:.1f} s of the wall time is outside any check (start-up, imports, "
-        "worker processes, the report). Under `-n 2` check durations overlap and include "
-        "waiting for the shared cores, so their sum exceeds the wall time.",
-        "",
-        "Per clause family (sum of its checks' durations; a check listed under several "
-        "clauses counted once):",
-        "",
-        *_table(["family", *SUITE_ARMS],
-                [[f, *(s.family_s[f][arm].fmt(2, " s") for arm in SUITE_ARMS)]
-                 for f in s.family_s]),
-        "The 5 slowest checks (1 worker):",
-        "",
-        *_table(["check", "family", "duration"],
-                [[f"`{name}`", family, spread.fmt(2, " s")]
-                 for name, family, spread in s.slowest]),
-    ]
-    lines += _slowest_notes(s)
-    missed = [arm for arm in SUITE_ARMS if s.wall_s[arm].median > SUITE_TARGET_S]
-    if missed:
-        lines += [f"Target missed for {', '.join(missed)} (median {one.median:.1f} s and "
-                  f"{two.median:.1f} s against ≤ {SUITE_TARGET_S:.0f} s): the slowest checks "
-                  "above are where the time goes; see the family table.", ""]
+def _run_length(r: Results) -> list[str]:
+    mode = "subset" if r.is_subset else "quick" if r.is_quick else "full"
+    this = RunLength(mode=mode, command=f"`{r.command}`", minutes=f"{r.elapsed_s / 60:.1f} min",
+                     when=r.started)
+    modes = {**{k: v for k, v in r.earlier.items() if k != mode}, mode: this}
+    rows = [[m.mode, m.command, m.minutes,
+             f"{m.when} ({'this run' if m is this else 'an earlier run'})"]
+            for m in (modes[k] for k in ("quick", "full", "subset") if k in modes)]
+    lines = ["## Run length", "",
+             "`--quick` runs fewer repeats and leaves the matrix out (unless `--with-matrix`); "
+             "the full run measures everything, the matrix once. How long each took on this "
+             "machine (a row from an earlier run is kept until that mode runs again):", "",
+             *table(["mode", "command", "took", "when"], rows)]
+    if r.timings_s:
+        lines += ["This run, per benchmark:", "",
+                  *table(["benchmark", "took"],
+                         [[name, f"{s:.0f} s"] for name, s in r.timings_s.items()])]
     return lines
-
-
-# why the slowest checks are slow, from reading them; shown only while they rank there
-_SLOW_CHECK_NOTES = {
-    "check_a_lost_rank_fails_every_rank_in_time":
-        "waits by design: one scenario stalls a rank for 3 x ddp.timeout_s (4.5 s) to prove "
-        "its peers error within the bound",
-    "check_pooled_mean_is_sum_over_counts":
-        "the first multi-rank check: it pays the start-up of the reused 2-rank world "
-        "(section 2), which every later DIST check is spared",
-}
-
-
-def _slowest_notes(s: SuiteCost) -> list[str]:
-    notes = [f"`{name}` {_SLOW_CHECK_NOTES[name]}" for name, _f, _d in s.slowest
-             if name in _SLOW_CHECK_NOTES]
-    return [f"Of the slowest: {'; '.join(notes)}.", ""] if notes else []
-
-
-# ------------------------------------------------------------------------------------ world
-
-def _world_section(w: WorldCost) -> list[str]:
-    ratio = paired_ratios_world(w)
-    return [
-        "## 2. Multi-rank cost",
-        "",
-        f"`benchmarks/bench_world.py`: one DIST scenario ({w.world_size} ranks, gloo, the "
-        "reference through the probe) on the suite's reused world against the same scenario "
-        "on a world started for it (new interpreters, imports, warm-up), interleaved.",
-        "",
-        *_table(["arm", "one scenario"], [
-            ["reused world", _ms(Spread.of(w.reused_s), 0)],
-            ["fresh launch", _ms(Spread.of(w.fresh_s), 0)],
-        ]),
-        f"Fresh / reused: **{_x(ratio, 1)}** (target ≥ {WORLD_TARGET:.0f}x: "
-        f"{'met' if ratio.median >= WORLD_TARGET else 'missed'}). Starting the reused world "
-        f"(its {w.world_size} worker processes, until ready) cost {w.startup_s:.2f} s once "
-        "(1 sample); the suite pays it once per run, and every multi-rank scenario after "
-        "that costs the reused time.",
-        "",
-    ]
-
-
-# ---------------------------------------------------------------------------------- trainer
-
-def _trainer_section(results: list[Overhead], profiles: dict[str, dict[str, float]],
-                     frameworks: dict[str, bool]) -> list[str]:
-    rows = []
-    for o in results:
-        size = o.size
-        rows.append([
-            size.name, "on" if o.is_ckpt_on else "off",
-            f"{size.steps_per_epoch} x {size.epochs}",
-            _ms(o.bare_step_s, 3), _ms(o.reference_step_s, 3), f"**{_x(o.ratio, 3)}**",
-            _x(o.cpu_ratio, 3), _ms(o.extra_per_epoch_s, 2),
-            "n/a" if o.no_fsync_ratio is None else _x(o.no_fsync_ratio, 3),
-        ])
-    lines = [
-        "## 3. Trainer overhead",
-        "",
-        "`benchmarks/bench_trainer.py`: the reference `BaseTrainer` (a subclass whose "
-        "`train_epoch`/`val_epoch` are the bare loop's own functions) against a hand-written "
-        "loop, same model, seed, data and DataLoader, AdamW, a validation pass per epoch, "
-        f"in one process on {THREADS} intra-op thread. Checkpoints on: the bare loop "
-        "`torch.save`s model and optimizer to `last.pt` once per epoch; the reference does "
-        "what its config says by default: `last.pt` every epoch and `best.pt` on each "
-        "improvement (validation loss, which improves most epochs here), each atomic and "
-        "fsynced, plus the RNG states and trainer state. Only the loop is timed (`train()` "
-        "against the bare epochs). Time per step is the loop's time over its optimizer steps.",
-        "",
-        *_table(["model", "ckpt", "steps x epochs", "bare loop /step", "reference /step",
-                 "ratio (wall)", "ratio (CPU time)", "reference extra per epoch",
-                 "ratio, reference without fsync"], rows),
-        "Model sizes: " + "; ".join(
-            f"{o.size.name} = {o.size.features} → "
-            f"{' → '.join([str(o.size.hidden)] * o.size.hidden_layers)} → {o.size.classes}, "
-            f"batch {o.size.batch_size}" for o in results if not o.is_ckpt_on) + ".",
-        "",
-        "The CPU-time ratio counts only this process's CPU seconds: it is blind to other "
-        "processes and to I/O waits (fsync), so it isolates the trainer's own code.",
-        "",
-        "Other frameworks on the same model (\"where installed\"): " + "; ".join(
-            f"{name}: {'installed, no benchmark arm yet' if ok else 'not installed'}"
-            for name, ok in frameworks.items()) + ".",
-        "",
-    ]
-    lines += _trainer_findings(results, profiles)
-    return lines
-
-
-def _trainer_findings(results: list[Overhead],
-                      profiles: dict[str, dict[str, float]]) -> list[str]:
-    lines = ["### Where the reference's time goes", ""]
-    off = [o for o in results if not o.is_ckpt_on]
-    on = [o for o in results if o.is_ckpt_on]
-    if off:
-        worst = max(o.ratio.median for o in off)
-        lines += [
-            f"Checkpoints off, the reference costs {worst:.3f}x the bare loop at most (medians): "
-            "per step it adds nothing, since the subclass's epoch is the bare loop's; per "
-            "epoch it adds a weight snapshot on improvement (`best_model`, a host copy), the "
-            "metrics record and the single-process no-op collectives.", ""]
-    if profiles:
-        names = list(next(iter(profiles.values())))
-        lines += ["One reference run per size under cProfile, checkpoints on (milliseconds per "
-                  "epoch, cumulative; cProfile inflates Python-heavy parts):", "",
-                  *_table(["function", *profiles],
-                          [[f"`{n}`", *(f"{profiles[s][n] * 1000:.2f}" for s in profiles)]
-                           for n in names])]
-    missed = [o for o in on if o.ratio.median > TRAINER_TARGET]
-    if not missed:
-        return lines
-    parts = []
-    for o in missed:
-        extra_ms = o.extra_per_epoch_s.median * 1e3
-        no_fsync = ("" if o.no_fsync_extra_per_epoch_s is None or o.no_fsync_ratio is None
-                    else f"; without fsync {o.no_fsync_ratio.median:.3f}x, "
-                    f"{o.no_fsync_extra_per_epoch_s.median * 1e3:.1f} ms")
-        parts.append(f"{o.size.name}: {o.ratio.median:.3f}x, {extra_ms:.1f} ms extra per "
-                     f"epoch of {o.size.steps_per_epoch} steps{no_fsync}; within 3% from "
-                     f"about {o.break_even_steps_per_epoch:.0f} steps per epoch")
-    off_worst = max((o.ratio.median for o in off), default=float("nan"))
-    lines += [
-        f"**Target missed with checkpoints on** ({'; '.join(parts)}).",
-        "",
-        "The cause is the checkpoint writes, not the loop (checkpoints off, the ratio is "
-        f"{off_worst:.3f}x at most): the profile puts the extra time in `_save` → "
-        "`save_checkpoint`, called twice per improving epoch, for `best.pt` (from "
-        "`save_if_best`) and `last.pt` (from `_write_epoch_checkpoints`), where the bare loop "
-        "writes one file without fsync. Each reference file also carries more than the bare "
-        "loop's model and optimizer: the RNG states, config, trainer state, and in `last.pt` "
-        "the best weights. Comparing the columns: "
-        "the fsyncs are the part the \"without fsync\" arm removes; the rest is the second "
-        "file and the larger state, which the CPU-time ratio sees too. All of it is paid "
-        "once per epoch, so its share falls as epochs get longer (the epochs here are short: "
-        "see the steps-per-epoch figures above).",
-        "",
-        "Inherent: `best.pt` is a feature the bare loop lacks (BEST-3), the RNG and trainer "
-        "state are what make a resume exact (RES-3, RES-4), and the fsyncs are what make "
-        "each file durable (section 4). The trade-off option, not in the reference's config "
-        "today, is a switch that passes `fsync=False` to `save_checkpoint`: atomic against a "
-        "crash of the process (CKPT-2 holds), but a power loss may lose the latest file.",
-        "",
-    ]
-    return lines
-
-
-# ------------------------------------------------------------------------------- checkpoint
-
-def _checkpoint_section(costs: list[CheckpointCost],
-                        profile: SaveProfile | None) -> list[str]:
-    rows = []
-    for c in costs:
-        for arm in SAVE_ARMS:
-            rows.append([f"{c.size_mib} MiB", f"save: {arm}", _ms(c.save_s[arm]),
-                         "1 (baseline)" if arm == "torch.save" else _x(c.save_ratio[arm])])
-        for arm in LOAD_ARMS:
-            rows.append([f"{c.size_mib} MiB", f"load: {arm}", _ms(c.load_s[arm]),
-                         "1 (baseline)" if arm == "torch.load" else _x(c.load_ratio)])
-    lines = [
-        "## 4. Checkpoint cost",
-        "",
-        "`benchmarks/bench_checkpoint.py`: a checkpoint-shaped dict of random float32 tensors "
-        "(1 MiB and 100 MiB). Save arms: `torch.save(state, path)` (the baseline), the same "
-        "plus an fsync of the file, the reference's `save_checkpoint` with `fsync=False` "
-        "(temporary file + `os.replace`) and the reference as it runs (temporary file, fsync, "
-        "`os.replace`, fsync of the folder). Each arm overwrites its own file in one "
-        "temporary folder (same disk) every repeat, as a trainer overwrites `last.pt`; after "
-        "each timed call the page cache is flushed (`os.sync`, untimed) so a raw save's "
-        "deferred writeback is not billed to the next arm. Load arms read the same file "
-        "(page cache warm): `torch.load(weights_only=True)` against `load_checkpoint`.",
-        "",
-        *_table(["size", "arm", "time", "ratio"], rows),
-    ]
-    if profile is not None:
-        lines += [f"`save_checkpoint` at {profile.size_mib} MiB under cProfile "
-                  f"({profile.calls} calls, {profile.total_ms:.2f} ms per call):", "",
-                  *_table(["part", "ms per call", "share"],
-                          [[part, f"{ms:.3f}", f"{ms / profile.total_ms:.0%}"]
-                           for part, ms in profile.parts_ms.items()])]
-    missed = [c for c in costs if c.save_ratio["reference"].median > CKPT_TARGET]
-    if missed:
-        lines += _checkpoint_findings(missed, profile)
-    return lines
-
-
-def _checkpoint_findings(missed: list[CheckpointCost],
-                         profile: SaveProfile | None) -> list[str]:
-    parts = []
-    for c in missed:
-        base = c.save_s["torch.save"].median
-        extra = c.save_s["reference"].median - base
-        parts.append(f"{c.size_mib} MiB: {c.save_ratio['reference'].median:.2f}x, "
-                     f"{extra * 1e3:.2f} ms over a {base * 1e3:.2f} ms `torch.save`, where "
-                     "`torch.save` + one fsync is "
-                     f"{c.save_ratio['torch.save + fsync'].median:.2f}x")
-    found = ""
-    if profile is not None:
-        fsync_ms = profile.parts_ms.get("fsync (file + folder)", 0.0)
-        rename_ms = profile.parts_ms.get("os.replace (rename over the old file)", 0.0)
-        found = (f" Profile at {profile.size_mib} MiB: the two fsyncs take {fsync_ms:.2f} ms "
-                 f"and the rename {rename_ms:.2f} ms of {profile.total_ms:.2f} ms per call "
-                 f"({(fsync_ms + rename_ms) / profile.total_ms:.0%}); `torch.save` itself is "
-                 "the rest.")
-    return [
-        f"**Save target missed** ({'; '.join(parts)}).{found}",
-        "",
-        "The cause is inherent to the guarantee, not to the code. The baseline returns with "
-        "its data still in the page cache, neither durable nor atomic. The fsyncs are what "
-        "make the new file and its name durable: on a small file they are a fixed cost per "
-        "file (a flush and a journal commit each), on a large one the fsync writes the data "
-        "to the disk, which `torch.save` leaves for later. The temporary file and "
-        "`os.replace` are what make the write atomic (CKPT-2); replacing the old file also "
-        "frees its blocks. `torch.save` plus one fsync of the file, durable but not atomic "
-        "(a crash mid-write still tears it), already pays most of the gap. Nothing is left "
-        "to trim in `reference/checkpoint.py`, so it was not changed. The trade-off option is "
-        "`save_checkpoint(path, state, fsync=False)` (the \"fsync=False\" arm): still "
-        "atomic against a crash of the process, but a power loss may lose the latest "
-        "checkpoint." + _no_fsync_note(missed),
-        "",
-    ]
-
-
-def _no_fsync_note(costs: list[CheckpointCost]) -> str:
-    """On ext4 a rename over an existing file starts writeback of the new one (auto_da_alloc),
-    so skipping fsync may save little on a large file: say so where the numbers show it."""
-    slow = [c for c in costs if c.save_ratio["reference, fsync=False"].median
-            >= c.save_ratio["reference"].median]
-    if not slow:
-        return ""
-    sizes = ", ".join(f"{c.size_mib} MiB ({c.save_ratio['reference, fsync=False'].median:.2f}x "
-                      f"without fsync, {c.save_ratio['reference'].median:.2f}x with)"
-                      for c in slow)
-    return (f" It buys nothing at {sizes}: on ext4 (`auto_da_alloc`, the default) renaming a "
-            "file over an existing one starts writeback of the new file's data, so the "
-            "rename waits on much of what the fsync would have written.")
