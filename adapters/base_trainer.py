@@ -10,6 +10,7 @@ seed's keys, including the ones the seed reads outside the outline.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from trainspec.conformance.run.adapter import CAPABILITIES, Capability, RunContext, load_object
@@ -56,6 +57,10 @@ class BaseTrainerAdapter:
         return CAPABILITIES
 
     def environment(self) -> dict[str, str | None]:
+        # the class is imported here, in the worker, once: every run is a fork of it (a class
+        # that does not load is reported by each run that needs it, as before)
+        with contextlib.suppress(Exception):
+            self.trainer_class  # noqa: B018
         return {"framework": None, "trainer": self.trainer_ref}
 
     def build_config(self, scenario: Scenario, ctx: RunContext) -> Any:

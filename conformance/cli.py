@@ -55,7 +55,20 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help, or a usage error argparse has already printed
         return e.code if isinstance(e.code, int) else 2
     command: Callable[[argparse.Namespace], int] = args.func
-    is_process = argv is None
+    profile_dir = os.environ.get(PROFILE_DIR_ENV)
+    if profile_dir:  # a benchmark's hook (docs/profile-notes.md): every process profiles itself
+        from trainspec.conformance.run.session import profiled
+
+        return profiled(Path(profile_dir), lambda: _main(command, args, argv is None))
+    return _main(command, args, argv is None)
+
+
+# the folder the suite's process, its workers and their runs write cProfile statistics into
+PROFILE_DIR_ENV = "TRAINSPEC_PROFILE_DIR"
+
+
+def _main(command: Callable[[argparse.Namespace], int], args: argparse.Namespace,
+          is_process: bool) -> int:
     if is_process:
         from trainspec.conformance.run.child import become_subreaper
 

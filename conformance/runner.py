@@ -10,15 +10,15 @@ flagged so it can be removed.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import platform
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
-
-import torch
 
 import trainspec
 from trainspec.conformance.checks import (
@@ -126,14 +126,13 @@ def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None,
             own = shared if shared is not None else stack.enter_context(
                 Harness(plan.target.adapter, timeout_s=plan.timeout_s, fresh=plan.fresh,
                         backend=plan.backend, deadline=gate.deadline))
-            ctx, description = open_context(plan.target, own, world_size=plan.world_size,
-                                            max_examples=plan.max_examples)
-            described.append(description)
-            for spec in bucket:
+            ctx = _start(plan, own, bucket, importing, described, parallel=len(buckets) > 1)
+            for spec in sorted(bucket, key=lambda s: s.multi_rank):  # multi-rank ones last
                 reason = gate.stop_reason()
                 report(_not_run(spec, "timeout", reason) if reason else
                        gate.note(run_check(spec, ctx)))
 
+    importing = _TorchImport()
     try:
         if len(buckets) == 1:
             run_bucket(buckets[0], harness)
@@ -146,8 +145,53 @@ def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None,
         rest = [_not_run(s, "error", "the check was interrupted (SIGINT or SIGTERM)")
                 for s in specs if s.name not in {r.name for r in done}]
         raise Interrupted(_report(plan, [*done, *rest], described, started)) from None
+    finally:
+        importing.join()  # never left importing while the interpreter shuts down
     order = {spec.name: i for i, spec in enumerate(specs)}
     return _report(plan, sorted(finished, key=lambda r: order[r.name]), described, started)
+
+
+def _start(plan: Plan, harness: Harness, bucket: Sequence[CheckSpec], importing: _TorchImport,
+           described: list[Description], *, parallel: bool) -> CheckContext:
+    """Start the bucket's workers, the single-rank one first; the context its checks run in.
+
+    The ranks of a multi-rank world start once the single-rank worker is warm, and warm up
+    while the single-rank checks run (they run first); in ``parallel`` (the buckets share the
+    cores) every worker starts at once.
+    """
+    several = plan.world_size > 1 and any(s.multi_rank for s in bucket)
+    warm = sorted({m for s in bucket if s.multi_rank for m in s.imports})
+    if several and parallel:
+        harness.expect(plan.world_size, warm)
+    harness.world(1, plan.target.adapter)  # its worker starts now
+    importing.start_once()
+    ctx, description = open_context(plan.target, harness, world_size=plan.world_size,
+                                    max_examples=plan.max_examples)
+    described.append(description)
+    if several:
+        harness.expect(plan.world_size, warm)
+    return ctx
+
+
+class _TorchImport:
+    """torch imported in a thread once the first worker has started: the traces carry
+    tensors, and decoding the first one then finds torch imported instead of paying for it
+    (this process is otherwise idle until its workers are warm)."""
+
+    def __init__(self) -> None:
+        self._thread = threading.Thread(target=importlib.import_module, args=("torch",),
+                                        name="trainspec-import-torch", daemon=True)
+        self._lock = threading.Lock()
+
+    def start_once(self) -> None:
+        with self._lock:
+            if self._thread.ident is None and "torch" not in sys.modules:
+                self._thread.start()
+
+    def join(self) -> None:
+        with self._lock:
+            if self._thread.ident is not None:
+                self._thread.join()
 
 
 class Interrupted(KeyboardInterrupt):
@@ -272,10 +316,25 @@ def _buckets(specs: Sequence[CheckSpec], workers: int) -> list[list[CheckSpec]]:
 
 def _environment(adapter_env: Mapping[str, str | None]) -> dict[str, str | None]:
     env: dict[str, str | None] = {"python": platform.python_version(),
-                                  "torch": torch.__version__.split("+")[0]}
+                                  "torch": _torch_version().split("+")[0]}
     env["framework"] = adapter_env.get("framework")
     env.update({k: v for k, v in adapter_env.items() if k != "framework"})
     return env
+
+
+def _torch_version() -> str:
+    """torch's version, read without importing it when it is not imported yet."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        import torch as imported
+
+        return str(imported.__version__)
 
 
 def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],

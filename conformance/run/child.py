@@ -39,10 +39,11 @@ class ChildContext:
     """The :class:`~trainspec.conformance.run.adapter.RunContext` of a run in a forked child."""
 
     def __init__(self, *, rank: int, world_size: int, ckpt_root: Path, events_fd: int,
-                 scenario: Scenario) -> None:
+                 scenario: Scenario, job_dir: Path | None = None) -> None:
         self._rank, self._world_size, self._ckpt_root = rank, world_size, ckpt_root
         self._fd = events_fd
         self._scenario = scenario
+        self._job_dir = job_dir  # where every rank of the run writes its records
         self.epoch_started: int | None = None
         self.torn = False
 
@@ -84,7 +85,28 @@ class ChildContext:
         crash = self._scenario.crash
         if crash is not None and crash_matches(self._scenario, where, epoch, self._rank):
             self.record(Crash(where=where, epoch=epoch, how=crash.how, t=time.time()))
-            interrupt(crash.how, crash.stall_s)
+            several = self._world_size > 1 and self._job_dir is not None
+            interrupt(crash.how, crash.stall_s, until=self.peers_ended if several else None)
+
+    def peers_ended(self) -> bool:
+        """Whether every other rank has recorded how its run ended (raised, exited, done).
+
+        A stall ends then rather than at its full length: what it is there to show, how the
+        other ranks end while this one stops answering, is recorded, and no later moment can
+        change it. While any rank runs on, the stall goes on.
+        """
+        assert self._job_dir is not None
+        return all(_has_ended(self._job_dir / f"rank{r}.events.jsonl")
+                   for r in range(self._world_size) if r != self._rank)
+
+    def slows_writes(self) -> bool:
+        """Whether this rank's checkpoint writes are slowed down (the scenario's
+        ``slow_writes_s``): on rank 0, in every epoch but the last, whose files no later epoch
+        start reads (DIST-4 compares each epoch's start with the previous epoch's file)."""
+        last = self._scenario.get("num_epochs")
+        final = isinstance(last, int) and self.epoch_started is not None \
+            and self.epoch_started >= last - 1
+        return self._rank == 0 and not final
 
     def should_tear_write(self) -> float | None:
         """The share of bytes to write before a kill, when this write is the one to tear."""
@@ -94,6 +116,21 @@ class ChildContext:
             return None
         self.torn = True
         return float(crash.fraction)
+
+
+_ENDINGS = (b'"ev": "error"', b'"ev": "exit"', b'"ev": "done"')
+
+
+def _has_ended(events: Path) -> bool:
+    """Whether a rank's records file ends with how its run ended (its last whole line)."""
+    try:
+        with events.open("rb") as f:
+            f.seek(max(f.seek(0, os.SEEK_END) - 65536, 0))
+            tail = f.read()
+    except OSError:
+        return False
+    last = tail[: tail.rfind(b"\n")].rpartition(b"\n")[2]
+    return last.startswith(b"{") and any(e in last[:40] for e in _ENDINGS)
 
 
 def set_parent_death_signal() -> None:
@@ -184,7 +221,7 @@ def _install_write_watch(ctx: ChildContext, slow_writes_s: float) -> None:
         target = inside(f) if not hasattr(f, "write") else inside(getattr(f, "name", None))
         if target:
             ctx.record(Write(path=target, via="torch.save", t=time.time()))
-            if slow_writes_s and ctx.rank == 0:
+            if slow_writes_s and ctx.slows_writes():
                 time.sleep(slow_writes_s)
             fraction = ctx.should_tear_write()
             if fraction is not None:
@@ -272,7 +309,8 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
     events_fd = os.open(job_dir / f"rank{req['rank']}.events.jsonl",
                         os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     ctx = ChildContext(rank=req["rank"], world_size=scenario.world_size,
-                       ckpt_root=Path(req["ckpt_root"]), events_fd=events_fd, scenario=scenario)
+                       ckpt_root=Path(req["ckpt_root"]), events_fd=events_fd, scenario=scenario,
+                       job_dir=job_dir)
     _install_write_watch(ctx, scenario.task.slow_writes_s)
     try:
         adapter.run(scenario, ctx)

@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-
 from trainspec.conformance.run.jsonfields import FieldReader, RecordError
 from trainspec.conformance.spec.printable import strip_escapes
 
@@ -137,6 +135,8 @@ def load_dict(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """A checkpoint file loaded with ``weights_only=True`` as a dict, or why it does not load
     so (never unpickled any other way)."""
     try:
+        import torch  # in the worker, where it is imported already
+
         content = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # the file is what is being judged: record, do not raise
         return None, error_line(e)

@@ -98,16 +98,21 @@ class AdapterSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Bind:
-    """The worker's first request: build this adapter and serve it until shutdown."""
+    """The worker's first request: build this adapter and serve it until shutdown.
+
+    ``warm``: modules to import once it is built, when they import (runs that need one name
+    it in their own ``preload``, where a failure to import is the run's)."""
 
     adapter: AdapterSpec
+    warm: tuple[str, ...] = ()
 
     def to_json(self) -> JSON:
-        return {"op": "bind", "adapter": self.adapter.to_json()}
+        return {"op": "bind", "adapter": self.adapter.to_json(), "warm": list(self.warm)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Bind:
-        return cls(adapter=AdapterSpec.from_json(_object(data, "adapter")))
+        return cls(adapter=AdapterSpec.from_json(_object(data, "adapter")),
+                   warm=_strs(data, "warm"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

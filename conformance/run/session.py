@@ -17,8 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from trainspec.conformance.run.protocol import (
     AdapterSpec,
@@ -32,8 +33,11 @@ from trainspec.conformance.run.protocol import (
 )
 from trainspec.errors import ConfigError, HarnessError
 
-__all__ = ["MIN_FREE_RUN_B", "MIN_FREE_START_B", "START_TIMEOUT_S",
-           "WorkerProcess", "abort_all", "is_aborted", "require_disk", "reset_abort"]
+__all__ = ["MIN_FREE_RUN_B", "MIN_FREE_START_B", "START_TIMEOUT_S", "WorkerProcess",
+           "abort_all", "close_all", "is_aborted", "profile_workers", "profiled", "require_disk",
+           "reset_abort"]
+
+T = TypeVar("T")
 
 START_TIMEOUT_S = 60.0  # a worker's own start (torch imported, warm): the suite's code only
 
@@ -42,6 +46,9 @@ START_TIMEOUT_S = 60.0  # a worker's own start (torch imported, warm): the suite
 _LIVE: set[WorkerProcess] = set()
 _LIVE_LOCK = threading.Lock()
 _ABORTED = threading.Event()
+# a folder every worker started from now on writes its cProfile statistics into (one file per
+# worker and per run's child): a benchmark's hook (docs/profile-notes.md), None when off
+_PROFILE_DIR: list[Path] = []
 
 
 # the scratch folder's free space: below the first no run can be trusted to write its records
@@ -64,6 +71,25 @@ def require_disk(root: Path, need_b: int, *, during: str = "") -> None:
                f"{root.parent} (TMPDIR), trainspec needs {need_b // 2**20} MiB. Free space "
                "there or point TMPDIR at a larger disk.")
     raise HarnessError(message) if during else ConfigError(message)
+
+
+def profile_workers(folder: Path | None) -> None:
+    """Workers started from now on profile themselves and their runs into ``folder``."""
+    _PROFILE_DIR[:] = [] if folder is None else [folder]
+
+
+def profiled(folder: Path, call: Callable[[], T]) -> T:
+    """``call()`` under cProfile (``main-PID.prof`` in ``folder``), the workers it starts
+    profiling themselves and their runs there too."""
+    import cProfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    profile_workers(folder)
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(call)
+    finally:
+        profiler.dump_stats(folder / f"main-{os.getpid()}.prof")
 
 
 def abort_all() -> None:
@@ -95,20 +121,24 @@ class WorkerProcess:
                "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
         self.log_path = log_path
         self._log = log_path.open("ab")
+        profile = ["--profile", str(_PROFILE_DIR[0])] if _PROFILE_DIR else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainspec.conformance.run.worker"],
+            [sys.executable, "-m", "trainspec.conformance.run.worker", *profile],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
             start_new_session=True, text=True, bufsize=1,
         )
         self._ready = False
         self._busy = False  # a request sent and not answered: close kills without waiting
+        self._stopping = False  # asked to shut down (stop_soon)
         with _LIVE_LOCK:
             _LIVE.add(self)
 
-    def bind(self, adapter: AdapterSpec) -> None:
+    def bind(self, adapter: AdapterSpec, warm: Sequence[str] = ()) -> None:
         """Send the adapter the worker serves (it builds it once; no reply: a failure to build
-        it answers every later request)."""
-        self.send(Bind(adapter=adapter))
+        it answers every later request), and modules to import once it is built. Sent at
+        once, not after the worker's ready line: the worker reads it as soon as it is warm,
+        while this process goes on."""
+        self._write(Bind(adapter=adapter, warm=tuple(warm)))
 
     def wait_ready(self) -> None:
         """Wait until the worker has started (torch imported, warm)."""
@@ -121,13 +151,16 @@ class WorkerProcess:
 
     def send(self, request: Request) -> None:
         self.wait_ready()
+        self._write(request)
+
+    def _write(self, request: Request) -> None:
         assert self.proc.stdin is not None
         try:
             self._busy = not isinstance(request, Bind)  # a bind has no reply
             self.proc.stdin.write(encode(request) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as e:
-            raise HarnessError(f"worker {self.proc.pid} is gone ({e}); "
+            raise HarnessError(f"worker {self.proc.pid} {self.exit_status()} ({e}); "
                                f"its log: {self.log_tail()}") from None
 
     def receive(self, timeout_s: float) -> Reply:
@@ -180,15 +213,23 @@ class WorkerProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
 
-    def close(self) -> None:
+    def stop_soon(self) -> None:
+        """Send the shutdown, once, without waiting (the worker sweeps what its runs left,
+        then exits at once); nothing when it cannot read one: busy (a run in flight: an
+        interrupt, a timeout), aborted or gone. :meth:`close` then waits for it."""
         with _LIVE_LOCK:
             _LIVE.discard(self)
-        # a busy worker (a run in flight: an interrupt, a timeout) cannot read a shutdown
-        if not self._busy and not _ABORTED.is_set() and self.proc.poll() is None \
-                and self.proc.stdin is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self.proc.stdin.write(encode(Shutdown()) + "\n")
-                self.proc.stdin.close()
+        if self._stopping or self._busy or _ABORTED.is_set() or self.proc.poll() is not None \
+                or self.proc.stdin is None or self.proc.stdin.closed:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.write(encode(Shutdown()) + "\n")
+            self.proc.stdin.close()
+            self._stopping = True
+
+    def close(self) -> None:
+        self.stop_soon()
+        if self._stopping:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=2)
         self.kill()
@@ -199,3 +240,12 @@ class WorkerProcess:
                 if stream is not None:
                     stream.close()
         self._log.close()
+
+
+def close_all(workers: Sequence[WorkerProcess]) -> None:
+    """Stop every worker of ``workers``: all are asked to stop first, then each is waited for
+    (they exit side by side, not one after another), and whatever is left is killed."""
+    for worker in workers:
+        worker.stop_soon()
+    for worker in workers:
+        worker.close()

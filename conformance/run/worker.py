@@ -15,7 +15,9 @@ Run as ``python -m trainspec.conformance.run.worker``.
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import faulthandler
+import gc
 import json
 import os
 import reprlib
@@ -25,7 +27,7 @@ import sys
 import tempfile
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -67,6 +69,10 @@ from trainspec.errors import AdapterError, HarnessError
 __all__ = ["main"]
 
 T = TypeVar("T")
+
+# ``--profile DIR``: the worker and each run's child write cProfile statistics there (a
+# benchmark's hook, docs/profile-notes.md); empty when off
+_PROFILE_DIR: list[str] = []
 
 
 class Overdue(Exception):
@@ -202,7 +208,8 @@ def _run_child(request: Run | Property, adapter: object) -> RunReply:
             # folder, inside the harness's scratch root: removed with it whatever happens
             tempfile.tempdir = request.job_dir
             # the child reads the request's JSON (child.py owns that side)
-            code = child_main(request.to_json(), adapter)
+            with _profiled(f"child-{request.to_json()['op']}"):
+                code = child_main(request.to_json(), adapter)
         finally:
             os._exit(code)
     status = _wait(pid, request.timeout_s)
@@ -237,6 +244,21 @@ def _timed_out(pid: int, request: Run | Property) -> RunReply:
     return RunReply(status="timeout", stack=stack, timeout_s=request.timeout_s)
 
 
+@contextlib.contextmanager
+def _profiled(label: str) -> Iterator[None]:
+    """Profile the block into the ``--profile`` folder (nothing when it is off)."""
+    if not _PROFILE_DIR:
+        yield
+        return
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        yield
+    finally:
+        profiler.disable()
+        profiler.dump_stats(Path(_PROFILE_DIR[0]) / f"{label}-{os.getpid()}.prof")
+
+
 def _run(request: Run, adapter: object) -> RunReply:
     for module in request.preload:
         __import__(module)
@@ -253,6 +275,9 @@ def _run(request: Run, adapter: object) -> RunReply:
 
 
 def _property(request: Property, adapter: object) -> PropertyReply:
+    from trainspec.conformance.run.adapter import load_object
+
+    load_object(request.runner)  # its imports (hypothesis) paid once here, not in every child
     reply = _run_child(request, adapter)
     out = Path(request.job_dir) / "property.json"
     if reply.status == "exited" and reply.code == 0 and out.exists():
@@ -302,10 +327,17 @@ def _answer(request: Describe | Run | Property, adapter: object) -> Reply:
 
 
 def _serve(proto: IO[str]) -> None:
-    """Bind (the first request), then answer every request until shutdown or end of input."""
+    """Bind (the first request), then answer every request until shutdown or end of input.
+
+    The adapter describes itself once, when it is bound: what its ``environment()`` imports
+    (a framework) is then paid once in every worker, not in every run's child, and a
+    ``describe`` request gets that description.
+    """
     adapter: object = None
-    broken: Failure | None = Failure(error="HarnessError: the worker was never bound to an "
-                                     "adapter (the harness sends bind first)")
+    unbound = Failure(error="HarnessError: the worker was never bound to an adapter (the "
+                      "harness sends bind first)")
+    broken: Failure | None = unbound
+    described: Reply = unbound
     for line in sys.stdin:
         try:
             request = decode_request(line)
@@ -319,13 +351,32 @@ def _serve(proto: IO[str]) -> None:
                     adapter, broken = _bind(request.adapter), None
                 except (Exception, SystemExit) as e:  # an adapter module may sys.exit
                     broken = _failure(e)
+                described = broken if broken is not None else _answer(Describe(), adapter)
+                for module in request.warm if broken is None else ():
+                    with contextlib.suppress(Exception):  # a run needing it says it fails
+                        __import__(module)
+                gc.freeze()  # what the worker holds now is never collected: forks stay light
                 continue
-            reply = broken if broken is not None else _answer(request, adapter)
+            if isinstance(request, Describe):
+                reply = described
+            else:
+                reply = broken if broken is not None else _answer(request, adapter)
         proto.write(encode(reply) + "\n")
         proto.flush()
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--profile"] and len(args) > 1:
+        _PROFILE_DIR[:] = [args[1]]
+    with _profiled("worker"):
+        _main()
+    # served and swept: exit now, without tearing down torch's modules one by one
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _main() -> None:
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # prints from imported code land on stderr, never in the protocol
     sys.stdout = sys.stderr
@@ -335,6 +386,7 @@ def main() -> None:
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     become_subreaper()  # what a run or the adapter leaves behind is swept, not orphaned
     _warm_up()
+    gc.freeze()
     proto.write(encode(Ready(pid=os.getpid())) + "\n")
     proto.flush()
     try:
