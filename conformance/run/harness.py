@@ -104,6 +104,17 @@ class Harness:
             worker.bind(self.adapter, warm=preload)
             slots.append(worker)
 
+    def release_unused(self, size: int) -> None:
+        """Stop the workers :meth:`expect` started for a world of ``size`` ranks that never
+        came to be (its checks needed a capability the target lacks)."""
+        slots = self._slots.get(self.adapter, [])
+        if (self.adapter, size) in self.worlds or len(slots) < 2:
+            return
+        used = {id(w) for world in self.worlds.values() for w in world.workers}
+        close_all([w for w in slots if id(w) not in used])
+        slots[:] = [w for w in slots if id(w) in used]
+        self._first.pop(size, None)
+
     def _take_spare(self, log_path: Path) -> WorkerProcess:
         spare, self._spare = self._spare, None
         return spare if spare is not None else WorkerProcess(log_path)

@@ -79,17 +79,14 @@ def profile_workers(folder: Path | None) -> None:
 
 
 def profiled(folder: Path, call: Callable[[], T]) -> T:
-    """``call()`` under cProfile (``main-PID.prof`` in ``folder``), the workers it starts
+    """``call()`` profiled into ``folder`` (run/profiling.py), the workers it starts
     profiling themselves and their runs there too."""
-    import cProfile
+    from trainspec.conformance.run.profiling import profiled as block
 
     folder.mkdir(parents=True, exist_ok=True)
     profile_workers(folder)
-    profiler = cProfile.Profile()
-    try:
-        return profiler.runcall(call)
-    finally:
-        profiler.dump_stats(folder / f"main-{os.getpid()}.prof")
+    with block(folder, "main"):
+        return call()
 
 
 def abort_all() -> None:

@@ -15,7 +15,6 @@ Run as ``python -m trainspec.conformance.run.worker``.
 from __future__ import annotations
 
 import contextlib
-import cProfile
 import faulthandler
 import gc
 import json
@@ -27,7 +26,7 @@ import sys
 import tempfile
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -47,6 +46,7 @@ from trainspec.conformance.run.child import (
     set_parent_death_signal,
     sweep_children,
 )
+from trainspec.conformance.run.profiling import profiled
 from trainspec.conformance.run.protocol import (
     JSON,
     AdapterSpec,
@@ -71,8 +71,12 @@ __all__ = ["main"]
 T = TypeVar("T")
 
 # ``--profile DIR``: the worker and each run's child write cProfile statistics there (a
-# benchmark's hook, docs/profile-notes.md); empty when off
+# benchmark's hook, run/profiling.py); empty when off
 _PROFILE_DIR: list[str] = []
+
+
+def _profile_dir() -> str | None:
+    return _PROFILE_DIR[0] if _PROFILE_DIR else None
 
 
 class Overdue(Exception):
@@ -208,7 +212,7 @@ def _run_child(request: Run | Property, adapter: object) -> RunReply:
             # folder, inside the harness's scratch root: removed with it whatever happens
             tempfile.tempdir = request.job_dir
             # the child reads the request's JSON (child.py owns that side)
-            with _profiled(f"child-{request.to_json()['op']}"):
+            with profiled(_profile_dir(), f"child-{request.to_json()['op']}"):
                 code = child_main(request.to_json(), adapter)
         finally:
             os._exit(code)
@@ -242,21 +246,6 @@ def _timed_out(pid: int, request: Run | Property) -> RunReply:
         os.waitpid(pid, 0)
     _kill_group(pid)
     return RunReply(status="timeout", stack=stack, timeout_s=request.timeout_s)
-
-
-@contextlib.contextmanager
-def _profiled(label: str) -> Iterator[None]:
-    """Profile the block into the ``--profile`` folder (nothing when it is off)."""
-    if not _PROFILE_DIR:
-        yield
-        return
-    profiler = cProfile.Profile()
-    profiler.enable()
-    try:
-        yield
-    finally:
-        profiler.disable()
-        profiler.dump_stats(Path(_PROFILE_DIR[0]) / f"{label}-{os.getpid()}.prof")
 
 
 def _run(request: Run, adapter: object) -> RunReply:
@@ -369,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--profile"] and len(args) > 1:
         _PROFILE_DIR[:] = [args[1]]
-    with _profiled("worker"):
+    with profiled(_profile_dir(), "worker"):
         _main()
     # served and swept: exit now, without tearing down torch's modules one by one
     sys.stderr.flush()
