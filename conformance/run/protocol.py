@@ -9,7 +9,7 @@ run, and :class:`Failure` when the worker could not do what was asked (the adapt
 load or described itself wrongly).
 
 The adapter's self-description is validated once, in the worker, next to the adapter
-(``worker.describe_adapter``); the harness trusts a :class:`Description` it decodes.
+(``describe.describe_adapter``); the harness trusts a :class:`Description` it decodes.
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ class RunReply:
     signal: int | None = None  # killed: the signal number
     stack: str = ""  # timeout: every thread's stack at the deadline
     timeout_s: float | None = None
-    error: str = ""  # lost: what broke
+    error: str = ""  # lost: what broke; timeout: why it was cut short, when it was
     traceback: str = ""
     files: tuple[JSON, ...] | None = None  # None: not asked, or describing them failed
     files_error: str = ""  # why describing the files failed, with its traceback

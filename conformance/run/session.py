@@ -205,6 +205,17 @@ class WorkerProcess:
             return self.log_path.read_text(errors="replace")[-limit:].strip() or "(empty)"
         return "(unreadable)"
 
+    def cut(self) -> None:
+        """Have the worker end its running child as one past its bound (SIGUSR2): the other
+        ranks of its run have ended."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.proc.pid, signal.SIGUSR2)
+
+    def readable(self) -> IO[str]:
+        """The pipe its replies come on (to wait on several workers at once)."""
+        assert self.proc.stdout is not None
+        return self.proc.stdout
+
     def kill(self) -> None:
         """Kill the worker's process group now (its runs die with it: parent-death signal)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):

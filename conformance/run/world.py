@@ -12,6 +12,7 @@ bind it and parallel suites never collide. Every run has a bound: a rank past it
 from __future__ import annotations
 
 import itertools
+import selectors
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +60,20 @@ _REPLY_MARGIN_S = 15.0  # the worker bounds its child; this covers the stack dum
 # the adapter's import and self-description get --timeout and this much more: a framework's
 # import alone takes seconds (Lightning ~5 s), which a tight --timeout for runs does not budget
 _IMPORT_MARGIN_S = 10.0
+
+
+def _grace_s(scenario: Scenario) -> float | None:
+    """How long the ranks of a multi-rank run may go on once one has ended: twice the bound
+    on its collectives and 10 s more (a rank that honours the bound errors within it; one
+    finishing its own work, rank 0 writing its last files, has the rest); None for one rank
+    or no bound."""
+    if scenario.world_size < 2:
+        return None
+    try:
+        bound = float(scenario.get("ddp.timeout_s"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return 2 * bound + 10.0
 
 
 class World:
@@ -167,7 +182,7 @@ class World:
                                 # ended, its worker describes what the run left
                                 preload=tuple(preload), describe_files=rank == 0))
             # rank 0's worker then describes the files, bounded by timeout_s too
-            replies = self._collect(2 * timeout_s)
+            replies = self._collect(2 * timeout_s, _grace_s(scenario))
         finally:
             del store
         duration = time.monotonic() - started
@@ -219,18 +234,44 @@ class World:
             self.restart()
             return RunReply.lost(str(e))
 
-    def _collect(self, timeout_s: float) -> list[RunReply]:
-        replies: list[RunReply] = []
-        broken = False
-        for worker in self.workers:
-            try:
-                replies.append(as_run_reply(worker.receive(timeout_s + _REPLY_MARGIN_S)))
-            except HarnessError as e:
-                broken = True
-                replies.append(RunReply.lost(str(e)))
+    def _collect(self, timeout_s: float, grace_s: float | None = None) -> list[RunReply]:
+        """Every rank's reply, as each comes, within ``timeout_s`` (plus a margin).
+
+        ``grace_s``: once a rank's run has ended, the ranks still running get this long to
+        end too; past it they are cut short, each as a run past its bound (a rank left alone
+        in a collective that its peers will never enter has nothing more to show).
+        """
+        bound_s = timeout_s + _REPLY_MARGIN_S
+        pending = dict(enumerate(self.workers))
+        replies: dict[int, RunReply] = {}
+        broken: list[str] = []  # a worker died or stopped answering: the world restarts
+        deadline = time.monotonic() + bound_s
+        cut_at: float | None = None
+        with selectors.DefaultSelector() as sel:
+            for rank, worker in pending.items():
+                sel.register(worker.readable(), selectors.EVENT_READ, rank)
+            while pending and time.monotonic() < deadline:
+                until = deadline if cut_at is None else min(deadline, cut_at)
+                for key, _ in sel.select(max(until - time.monotonic(), 0.0)):
+                    sel.unregister(key.fileobj)
+                    try:
+                        replies[key.data] = as_run_reply(pending.pop(key.data).receive(1.0))
+                    except HarnessError as e:
+                        broken.append(str(e))
+                        replies[key.data] = RunReply.lost(str(e))
+                    if cut_at is None and grace_s is not None:
+                        cut_at = time.monotonic() + grace_s
+                if cut_at is not None and pending and time.monotonic() >= cut_at:
+                    for worker in pending.values():
+                        worker.cut()
+                    cut_at = float("inf")  # once: their replies come as from a bound
+        for rank, worker in pending.items():
+            broken.append(f"worker {worker.proc.pid} did not answer within {bound_s:.0f} s; "
+                          f"its log: {worker.log_tail()}")
+            replies[rank] = RunReply.lost(broken[-1])
         if broken:
             self.restart()
-        return replies
+        return [replies[rank] for rank in range(len(self.workers))]
 
     @staticmethod
     def _rank_trace(rank: int, job_dir: Path, reply: RunReply) -> RankTrace:
@@ -240,7 +281,7 @@ class World:
         error = detail = ""
         errors = [e for e in records if isinstance(e, RunError)]
         if kind == "timeout":
-            status, error = "timeout", f"still running after {reply.timeout_s} s"
+            status, error = "timeout", reply.error or f"still running after {reply.timeout_s} s"
             detail = reply.stack
         elif kind == "killed":
             status, error = "killed", f"killed by {signal.Signals(reply.signal or 0).name}"
