@@ -63,7 +63,6 @@ class Harness:
         self.worlds: dict[tuple[AdapterSpec, int], World] = {}
         # each adapter's workers, shared by its worlds (World.slots); none in fresh mode
         self._slots: dict[AdapterSpec, list[WorkerProcess]] = {}
-        self._first: dict[int, int] = {}  # a world size of the own adapter -> its first slot
         self._dirs = itertools.count()
         self._spare: WorkerProcess | None = None  # started ahead of need once adapters vary
 
@@ -74,9 +73,8 @@ class Harness:
             if spec != self.adapter:
                 self._retire_others(spec)
             slots = None if self.fresh else self._slots.setdefault(spec, [])
-            first = self._first.get(size, 0) if spec == self.adapter else 0
             self.worlds[spec, size] = World(size, self.root, spec, fresh=self.fresh,
-                                            spawn=self._take_spare, slots=slots, first=first)
+                                            spawn=self._take_spare, slots=slots)
             if spec != self.adapter:  # another adapter may well follow: warm one up now
                 self._spare = self._spare or WorkerProcess(self._log_path("spare"))
         return self.worlds[spec, size]
@@ -91,15 +89,13 @@ class Harness:
 
     def expect(self, size: int, preload: Sequence[str] = ()) -> None:
         """Start now the workers a world of ``size`` ranks of the harness's own adapter needs
-        beyond those it has: they import and warm up while other runs go on. With
-        ``preload`` (modules its runs import, e.g. torchmetrics) they import those too, and a
-        worker already started (which lacks them) is not one of its ranks."""
+        beyond those it has: they import and warm up while other runs go on, ``preload`` too
+        (modules its runs import, e.g. torchmetrics; a worker already running imports them
+        in the first run that needs them)."""
         if self.fresh or size < 2 or (self.adapter, size) in self.worlds:
             return
         slots = self._slots.setdefault(self.adapter, [])
-        first = len(slots) if preload and slots else 0
-        self._first[size] = first
-        while len(slots) < first + size:
+        while len(slots) < size:
             worker = WorkerProcess(self._log_path(f"r{len(slots)}"))
             worker.bind(self.adapter, warm=preload)
             slots.append(worker)
@@ -113,7 +109,6 @@ class Harness:
         used = {id(w) for world in self.worlds.values() for w in world.workers}
         close_all([w for w in slots if id(w) not in used])
         slots[:] = [w for w in slots if id(w) in used]
-        self._first.pop(size, None)
 
     def _take_spare(self, log_path: Path) -> WorkerProcess:
         spare, self._spare = self._spare, None

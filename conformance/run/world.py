@@ -79,33 +79,32 @@ def _grace_s(scenario: Scenario) -> float | None:
 class World:
     """``size`` workers, one per rank, bound to one adapter and reused across runs.
 
-    The workers are ``size`` of ``slots`` from index ``first``, a list the harness shares
-    between the worlds of one adapter: runs happen one at a time, so the single-rank world's
-    worker is also rank 0 of a multi-rank world, which then starts N - 1 processes rather than
-    N (workers of one adapter are interchangeable: each run names its rank). ``spawn`` starts a
+    The workers are the first ``size`` of ``slots``, a list the harness shares between the
+    worlds of one adapter: runs happen one at a time, so the single-rank world's worker is
+    also rank 0 of a multi-rank world, which then starts N - 1 processes rather than N
+    (workers of one adapter are interchangeable: each run names its rank). ``spawn`` starts a
     worker (the harness may hand over one it started ahead of need).
     """
 
     def __init__(self, size: int, root: Path, adapter: AdapterSpec, *, fresh: bool = False,
                  spawn: Callable[[Path], WorkerProcess] | None = None,
-                 slots: list[WorkerProcess] | None = None, first: int = 0) -> None:
+                 slots: list[WorkerProcess] | None = None) -> None:
         self.size, self.root, self.adapter, self.fresh = size, root, adapter, fresh
         self._spawn = spawn or self._new_worker
         self.slots: list[WorkerProcess] = [] if slots is None else slots
-        self.first = first
         self._runs = 0
         self._start()
 
     @property
     def workers(self) -> list[WorkerProcess]:
         """This world's workers, rank by rank."""
-        return self.slots[self.first: self.first + self.size]
+        return self.slots[: self.size]
 
     def _start(self) -> None:
         logs = self.root / "workers"
         logs.mkdir(parents=True, exist_ok=True)
         stamp = time.monotonic_ns()
-        while len(self.slots) < self.first + self.size:
+        while len(self.slots) < self.size:
             worker = self._spawn(logs / f"w{self.size}-{len(self.slots)}-{stamp}.log")
             worker.bind(self.adapter)
             self.slots.append(worker)
@@ -117,7 +116,7 @@ class World:
         """New workers in this world's slots (a world sharing them gets them too)."""
         close_all(self.workers)
         logs, stamp = self.root / "workers", time.monotonic_ns()
-        for i in range(self.first, self.first + self.size):
+        for i in range(self.size):
             self.slots[i] = WorkerProcess(logs / f"w{self.size}-{i}-{stamp}.log")
             self.slots[i].bind(self.adapter)
 
