@@ -164,6 +164,7 @@ class _Lanes:
             checks: Sequence[CheckSpec] | None = first
             while checks:
                 for spec in sorted(checks, key=lambda s: s.multi_rank):  # multi-rank ones last
+                    own.hand_over()
                     reason = self.gate.stop_reason()
                     self.report(_not_run(spec, "timeout", reason) if reason else
                                 self.gate.note(run_check(spec, ctx)))

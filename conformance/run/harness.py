@@ -63,6 +63,7 @@ class Harness:
         self.worlds: dict[tuple[AdapterSpec, int], World] = {}
         # each adapter's workers, shared by its worlds (World.slots); none in fresh mode
         self._slots: dict[AdapterSpec, list[WorkerProcess]] = {}
+        self._warm: tuple[str, ...] = ()  # modules the multi-rank runs import (expect)
         self._dirs = itertools.count()
         self._spare: WorkerProcess | None = None  # started ahead of need once adapters vary
 
@@ -95,10 +96,22 @@ class Harness:
         if self.fresh or size < 2 or (self.adapter, size) in self.worlds:
             return
         slots = self._slots.setdefault(self.adapter, [])
+        self._warm = tuple(preload)
         while len(slots) < size:
             worker = WorkerProcess(self._log_path(f"r{len(slots)}"))
-            worker.bind(self.adapter, warm=preload)
+            worker.bind(self.adapter, warm=preload, settle=True)
             slots.append(worker)
+
+    def hand_over(self) -> None:
+        """Once a rank started ahead of need is bound and warm, it serves the single-rank
+        runs, and the worker that served them imports what the multi-rank runs need
+        (:meth:`expect`'s preload) meanwhile, not in the first run that needs it. Cheap to
+        call between runs: it waits for nothing."""
+        slots = self._slots.get(self.adapter, [])
+        if len(slots) < 2 or set(self._warm) <= slots[0].warmed or not slots[1].settled():
+            return
+        slots[0], slots[1] = slots[1], slots[0]
+        slots[1].warm(self._warm)
 
     def release_unused(self, size: int) -> None:
         """Stop the workers :meth:`expect` started for a world of ``size`` ranks that never

@@ -23,29 +23,10 @@ from typing import Literal
 from trainspec.conformance.run.adapter import CAPABILITIES, Capability
 from trainspec.errors import AdapterError, HarnessError
 
-__all__ = [
-    "JSON",
-    "AdapterSpec",
-    "Bind",
-    "Describe",
-    "Description",
-    "Failure",
-    "InvalidDescription",
-    "Property",
-    "PropertyOutcome",
-    "PropertyReply",
-    "Ready",
-    "Reply",
-    "Request",
-    "Run",
-    "RunReply",
-    "RunStatus",
-    "Shutdown",
-    "as_run_reply",
-    "decode_reply",
-    "decode_request",
-    "encode",
-]
+__all__ = ["JSON", "AdapterSpec", "Bind", "Describe", "Description", "Failure",
+           "InvalidDescription", "Property", "PropertyOutcome", "PropertyReply", "Ready",
+           "Reply", "Request", "Run", "RunReply", "RunStatus", "Shutdown", "Warm",
+           "as_run_reply", "decode_reply", "decode_request", "encode"]
 
 JSON = dict[str, object]  # one decoded JSON object: checked field by field on decoding
 RunStatus = Literal["exited", "killed", "timeout", "lost"]
@@ -194,9 +175,24 @@ class Shutdown:
         return cls()
 
 
-Request = Bind | Describe | Run | Property | Shutdown
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Warm:
+    """Import these modules now, when they import (no reply: the worker is idle meanwhile)."""
+
+    modules: tuple[str, ...]
+
+    def to_json(self) -> JSON:
+        return {"op": "warm", "modules": list(self.modules)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Warm:
+        return cls(modules=_strs(data, "modules"))
+
+
+Request = Bind | Describe | Run | Property | Shutdown | Warm
 _REQUESTS: dict[str, type[Request]] = {"bind": Bind, "describe": Describe, "run": Run,
-                                       "property": Property, "shutdown": Shutdown}
+                                       "property": Property, "shutdown": Shutdown,
+                                       "warm": Warm}
 
 
 # ----------------------------------------------------------------------------------- replies
@@ -386,7 +382,7 @@ def _decode(line: str, key: str, kinds: Mapping[str, type[Request]] | Mapping[st
 def decode_request(line: str) -> Request:
     """A request line as its type; :class:`HarnessError` when it is none of them."""
     request = _decode(line, "op", _REQUESTS)
-    assert isinstance(request, Bind | Describe | Run | Property | Shutdown)  # by _REQUESTS
+    assert isinstance(request, Bind | Describe | Run | Property | Shutdown | Warm)
     return request
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
+import select
 import shutil
 import signal
 import subprocess
@@ -19,15 +19,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import TypeVar
 
 from trainspec.conformance.run.protocol import (
     AdapterSpec,
     Bind,
+    Describe,
     Ready,
     Reply,
     Request,
     Shutdown,
+    Warm,
     decode_reply,
     encode,
 )
@@ -122,20 +124,49 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trainspec.conformance.run.worker", *profile],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
-            start_new_session=True, text=True, bufsize=1,
-        )
+            start_new_session=True,  # replies are read from the pipe itself (os.read), lines
+        )                            # kept here: several can come at once
+        self._lines = b""  # what the worker wrote that is not read as a reply yet
+        self._ended = False  # its protocol pipe is closed
         self._ready = False
         self._busy = False  # a request sent and not answered: close kills without waiting
         self._stopping = False  # asked to shut down (stop_soon)
+        self._settling = False  # a describe sent with the bind, not answered yet
+        self.warmed: frozenset[str] = frozenset()  # the modules it was asked to import
         with _LIVE_LOCK:
             _LIVE.add(self)
 
-    def bind(self, adapter: AdapterSpec, warm: Sequence[str] = ()) -> None:
+    def bind(self, adapter: AdapterSpec, warm: Sequence[str] = (), *,
+             settle: bool = False) -> None:
         """Send the adapter the worker serves (it builds it once; no reply: a failure to build
         it answers every later request), and modules to import once it is built. Sent at
         once, not after the worker's ready line: the worker reads it as soon as it is warm,
-        while this process goes on."""
+        while this process goes on. ``settle``: a describe follows, whose answer
+        :meth:`settled` looks for (then the worker is bound and warm)."""
         self._write(Bind(adapter=adapter, warm=tuple(warm)))
+        self.warmed = frozenset(warm)
+        if settle:
+            self._write(Describe())
+            self._settling = True
+
+    def warm(self, modules: Sequence[str]) -> None:
+        """Have the idle worker import ``modules`` now (no reply)."""
+        self._write(Warm(modules=tuple(modules)))
+        self.warmed |= frozenset(modules)
+
+    def settled(self) -> bool:
+        """Whether the worker is bound and warm (after a bind with ``settle``), without
+        waiting; False while it is not, or once it is gone."""
+        try:
+            while self._settling and self.has_reply():
+                if not self._ready:
+                    self.wait_ready()
+                else:
+                    self.receive(0.0)  # its description: the bind and the imports are done
+                    self._settling = False
+        except HarnessError:
+            return False
+        return not self._settling
 
     def wait_ready(self) -> None:
         """Wait until the worker has started (torch imported, warm)."""
@@ -148,32 +179,54 @@ class WorkerProcess:
 
     def send(self, request: Request) -> None:
         self.wait_ready()
+        if self._settling:  # the description asked with the bind comes first
+            self.receive(START_TIMEOUT_S)
+            self._settling = False
         self._write(request)
 
     def _write(self, request: Request) -> None:
         assert self.proc.stdin is not None
         try:
-            self._busy = not isinstance(request, Bind)  # a bind has no reply
-            self.proc.stdin.write(encode(request) + "\n")
+            self._busy = not isinstance(request, Bind | Warm)  # those have no reply
+            self.proc.stdin.write((encode(request) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as e:
             raise HarnessError(f"worker {self.proc.pid} {self.exit_status()} ({e}); "
                                f"its log: {self.log_tail()}") from None
 
+    def fileno(self) -> int:
+        """The pipe its replies come on (to wait on several workers at once)."""
+        assert self.proc.stdout is not None
+        return self.proc.stdout.fileno()
+
+    def has_reply(self) -> bool:
+        """Whether a whole reply (or the end of the pipe) is here, reading without waiting."""
+        if b"\n" not in self._lines and not self._ended:
+            self._read(0.0)
+        return b"\n" in self._lines or self._ended
+
+    def _read(self, timeout_s: float) -> None:
+        """What the worker has written, once something is there or ``timeout_s`` passed."""
+        ready, _, _ = select.select([self.fileno()], [], [], max(timeout_s, 0.0))
+        if ready:
+            chunk = os.read(self.fileno(), 1 << 16)
+            self._lines += chunk
+            self._ended = not chunk
+
     def receive(self, timeout_s: float) -> Reply:
-        stdout: IO[str] | None = self.proc.stdout
-        assert stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(stdout, selectors.EVENT_READ)
-            if not sel.select(timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._lines:
+            if self._ended:
+                raise HarnessError(f"worker {self.proc.pid} {self.exit_status()}; "
+                                   f"its log: {self.log_tail()}")
+            left = deadline - time.monotonic()
+            if left <= 0 and not self.has_reply():
                 raise HarnessError(f"worker {self.proc.pid} did not answer within "
                                    f"{timeout_s:.0f} s; its log: {self.log_tail()}")
-        line = stdout.readline()
-        if not line:
-            raise HarnessError(f"worker {self.proc.pid} {self.exit_status()}; "
-                               f"its log: {self.log_tail()}")
+            self._read(left)
+        line, _, self._lines = self._lines.partition(b"\n")
         self._busy = False
-        return decode_reply(line)
+        return decode_reply(line.decode(errors="replace"))
 
     def exit_status(self) -> str:
         """How the worker ended, in words (it closed its pipe: give it a moment to be reaped)."""
@@ -211,11 +264,6 @@ class WorkerProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.proc.pid, signal.SIGUSR2)
 
-    def readable(self) -> IO[str]:
-        """The pipe its replies come on (to wait on several workers at once)."""
-        assert self.proc.stdout is not None
-        return self.proc.stdout
-
     def kill(self) -> None:
         """Kill the worker's process group now (its runs die with it: parent-death signal)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -231,7 +279,7 @@ class WorkerProcess:
                 or self.proc.stdin is None or self.proc.stdin.closed:
             return
         with contextlib.suppress(OSError, ValueError):
-            self.proc.stdin.write(encode(Shutdown()) + "\n")
+            self.proc.stdin.write((encode(Shutdown()) + "\n").encode())
             self.proc.stdin.close()
             self._stopping = True
 

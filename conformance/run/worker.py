@@ -53,6 +53,7 @@ from trainspec.conformance.run.protocol import (
     Run,
     RunReply,
     Shutdown,
+    Warm,
     decode_request,
     encode,
 )
@@ -277,10 +278,10 @@ def _serve(proto: IO[str]) -> None:
                 except (Exception, SystemExit) as e:  # an adapter module may sys.exit
                     broken = _failure(e)
                 described = broken if broken is not None else _answer(Describe(), adapter)
-                for module in request.warm if broken is None else ():
-                    with contextlib.suppress(Exception):  # a run needing it says it fails
-                        __import__(module)
-                gc.freeze()  # what the worker holds now is never collected: forks stay light
+                _warm(request.warm if broken is None else ())
+                continue
+            if isinstance(request, Warm):  # no reply either
+                _warm(request.modules if broken is None else ())
                 continue
             if isinstance(request, Describe):
                 reply = described
@@ -288,6 +289,16 @@ def _serve(proto: IO[str]) -> None:
                 reply = broken if broken is not None else _answer(request, adapter)
         proto.write(encode(reply) + "\n")
         proto.flush()
+
+
+def _warm(modules: Sequence[str]) -> None:
+    """Import ``modules`` ahead of the runs that need them (a run needing one that does not
+    import says so itself), then freeze what the worker holds: never collected, forks stay
+    light."""
+    for module in modules:
+        with contextlib.suppress(Exception):
+            __import__(module)
+    gc.freeze()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -12,7 +12,7 @@ bind it and parallel suites never collide. Every run has a bound: a rank past it
 from __future__ import annotations
 
 import itertools
-import selectors
+import select
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -245,25 +245,24 @@ class World:
         replies: dict[int, RunReply] = {}
         broken: list[str] = []  # a worker died or stopped answering: the world restarts
         deadline = time.monotonic() + bound_s
-        cut_at: float | None = None
-        with selectors.DefaultSelector() as sel:
-            for rank, worker in pending.items():
-                sel.register(worker.readable(), selectors.EVENT_READ, rank)
-            while pending and time.monotonic() < deadline:
-                until = deadline if cut_at is None else min(deadline, cut_at)
-                for key, _ in sel.select(max(until - time.monotonic(), 0.0)):
-                    sel.unregister(key.fileobj)
-                    try:
-                        replies[key.data] = as_run_reply(pending.pop(key.data).receive(1.0))
-                    except HarnessError as e:
-                        broken.append(str(e))
-                        replies[key.data] = RunReply.lost(str(e))
-                    if cut_at is None and grace_s is not None:
-                        cut_at = time.monotonic() + grace_s
-                if cut_at is not None and pending and time.monotonic() >= cut_at:
-                    for worker in pending.values():
-                        worker.cut()
-                    cut_at = float("inf")  # once: their replies come as from a bound
+        cut_at, cut = float("inf"), False
+        while pending and time.monotonic() < deadline:
+            here = [rank for rank, worker in pending.items() if worker.has_reply()]
+            if not here:
+                until = min(deadline, cut_at) - time.monotonic()
+                select.select([w.fileno() for w in pending.values()], [], [], max(until, 0.0))
+            for rank in here:
+                try:
+                    replies[rank] = as_run_reply(pending.pop(rank).receive(0.0))
+                except HarnessError as e:
+                    broken.append(str(e))
+                    replies[rank] = RunReply.lost(str(e))
+                if grace_s is not None and not cut:
+                    cut_at = min(cut_at, time.monotonic() + grace_s)
+            if pending and not cut and time.monotonic() >= cut_at:
+                for worker in pending.values():  # their replies come as from a bound
+                    worker.cut()
+                cut, cut_at = True, float("inf")
         for rank, worker in pending.items():
             broken.append(f"worker {worker.proc.pid} did not answer within {bound_s:.0f} s; "
                           f"its log: {worker.log_tail()}")
