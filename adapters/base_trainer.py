@@ -56,8 +56,9 @@ class BaseTrainerAdapter:
         return CAPABILITIES
 
     def environment(self) -> dict[str, str | None]:
-        # the class is imported and its shape checked here, when the worker describes the
-        # adapter: a wrong --base-trainer is a usage error before any check, never a verdict
+        # the class is imported and its shape checked here, in the worker, once (every run is
+        # a fork of it): a wrong --base-trainer is a usage error before any check, never a
+        # verdict
         self.trainer_class  # noqa: B018
         return {"framework": None, "trainer": self.trainer_ref}
 

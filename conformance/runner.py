@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
-
-import torch
 
 import trainspec
 from trainspec.conformance.checks import (
@@ -31,6 +29,7 @@ from trainspec.conformance.checks import (
 from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.run.protocol import Description, InvalidDescription
 from trainspec.conformance.run.session import abort_all, is_aborted, reset_abort
+from trainspec.conformance.schedule import Families, TorchImport, in_parallel
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.links import docs_link
 from trainspec.conformance.spec.results import (
@@ -97,57 +96,104 @@ def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None,
     """Run every check of ``plan`` on its target; one report, every clause.
 
     A ``harness`` passed in is reused (and left open): several targets can share its workers.
-    ``plan.workers`` > 1 runs families of checks in parallel, each with its own harness (checks
-    of one family share runs, so a family stays together). Past ``plan.deadline_s``, or after
-    repeated identical timeouts, the checks not yet run come out ``timeout``. An interrupt
-    (KeyboardInterrupt, also SIGTERM through the CLI) stops every worker at once and leaves as
-    :class:`Interrupted` with the report of what was done.
+    ``plan.workers`` > 1 runs families of checks in that many lanes, each with its own harness,
+    taking the families in turn (:mod:`trainspec.conformance.schedule`). Past
+    ``plan.deadline_s``, or after repeated identical timeouts, the checks not yet run come out
+    ``timeout``. An interrupt (KeyboardInterrupt, also SIGTERM through the CLI) stops every
+    worker at once and leaves as :class:`Interrupted` with the report of what was done.
     """
     started = time.monotonic()
     reset_abort()
     specs = list(plan.checks)
-    buckets = [specs] if plan.workers == 1 or harness is not None else \
-        _buckets(specs, plan.workers)
-    gate = _Gate(plan, started)
-    lock = threading.Lock()
-    finished: list[CheckResult] = []
-    described: list[Description] = []
+    families = Families(specs)
+    lanes = 1 if plan.workers == 1 or harness is not None else min(plan.workers, len(families))
+    state = _Lanes(plan, started, on_result, parallel=lanes > 1)
+    try:
+        if lanes == 1:
+            state.lane(harness, specs, lambda: None)
+        else:
+            in_parallel(lanes, lambda: state.lane(None, families.take(), families.take))
+    except KeyboardInterrupt:
+        abort_all()  # workers die now; threads waiting on them wake up and end
+        done = state.results()
+        rest = [_not_run(s, "error", "the check was interrupted (SIGINT or SIGTERM)")
+                for s in specs if s.name not in {r.name for r in done}]
+        raise Interrupted(_report(plan, [*done, *rest], state.described, started)) from None
+    finally:
+        state.importing.join()
+    order = {spec.name: i for i, spec in enumerate(specs)}
+    return _report(plan, sorted(state.results(), key=lambda r: order[r.name]), state.described,
+                   started)
 
-    def report(result: CheckResult) -> None:
-        with lock:
+
+class _Lanes:
+    """What the lanes of one run share: the plan, the gate, the results, the torch import."""
+
+    def __init__(self, plan: Plan, started: float,
+                 on_result: Callable[[CheckResult], None] | None, *, parallel: bool) -> None:
+        self.plan, self.parallel, self.on_result = plan, parallel, on_result
+        self.gate = _Gate(plan, started)
+        self.importing = TorchImport()
+        self.described: list[Description] = []
+        self._finished: list[CheckResult] = []
+        self._lock = threading.Lock()
+
+    def results(self) -> list[CheckResult]:
+        with self._lock:
+            return list(self._finished)
+
+    def report(self, result: CheckResult) -> None:
+        with self._lock:
             if is_aborted():
                 return  # a check that an interrupt cut short: not a result
-            finished.append(result)
-            if on_result is not None:
-                on_result(result)
+            self._finished.append(result)
+            if self.on_result is not None:
+                self.on_result(result)
 
-    def run_bucket(bucket: Sequence[CheckSpec], shared: Harness | None) -> None:
+    def lane(self, shared: Harness | None, first: Sequence[CheckSpec] | None,
+             more: Callable[[], Sequence[CheckSpec] | None]) -> None:
+        """Run ``first``, then what ``more()`` gives until it gives None, on one harness."""
+        if not first:
+            return
+        plan = self.plan
         with contextlib.ExitStack() as stack:
             own = shared if shared is not None else stack.enter_context(
                 Harness(plan.target.adapter, timeout_s=plan.timeout_s, fresh=plan.fresh,
-                        backend=plan.backend, deadline=gate.deadline))
-            ctx, description = open_context(plan.target, own, world_size=plan.world_size,
-                                            max_examples=plan.max_examples)
-            described.append(description)
-            for spec in bucket:
-                reason = gate.stop_reason()
-                report(_not_run(spec, "timeout", reason) if reason else
-                       gate.note(run_check(spec, ctx)))
+                        backend=plan.backend, deadline=self.gate.deadline))
+            ctx = self._open(own, first)
+            checks: Sequence[CheckSpec] | None = first
+            while checks:
+                for spec in sorted(checks, key=lambda s: s.multi_rank):  # multi-rank ones last
+                    own.hand_over()
+                    reason = self.gate.stop_reason()
+                    self.report(_not_run(spec, "timeout", reason) if reason else
+                                self.gate.note(run_check(spec, ctx)))
+                if any(s.multi_rank for s in checks):
+                    own.release_unused(plan.world_size)  # all n/a: their ranks never ran
+                checks = more()
 
-    try:
-        if len(buckets) == 1:
-            run_bucket(buckets[0], harness)
-        else:
-            _in_parallel(buckets, run_bucket)
-    except KeyboardInterrupt:
-        abort_all()  # workers die now; threads waiting on them wake up and end
-        with lock:
-            done = list(finished)
-        rest = [_not_run(s, "error", "the check was interrupted (SIGINT or SIGTERM)")
-                for s in specs if s.name not in {r.name for r in done}]
-        raise Interrupted(_report(plan, [*done, *rest], described, started)) from None
-    order = {spec.name: i for i, spec in enumerate(specs)}
-    return _report(plan, sorted(finished, key=lambda r: order[r.name]), described, started)
+    def _open(self, harness: Harness, checks: Sequence[CheckSpec]) -> CheckContext:
+        """Start the lane's workers and open the context its checks run in.
+
+        The single-rank worker starts first; the ranks of the multi-rank world start once it
+        is warm and warm up while the single-rank checks run (those run first). In parallel
+        lanes, which share the cores from the start, every worker a family needs starts at
+        once.
+        """
+        plan = self.plan
+        several = plan.world_size > 1 and any(s.multi_rank for s in checks)
+        warm = sorted({m for s in checks if s.multi_rank for m in s.imports})
+        if several and self.parallel:
+            harness.expect(plan.world_size, warm)
+        harness.world(1, plan.target.adapter)  # its worker starts now
+        self.importing.start_once()
+        ctx, description = open_context(plan.target, harness, world_size=plan.world_size,
+                                        max_examples=plan.max_examples)
+        with self._lock:
+            self.described.append(description)
+        if several:
+            harness.expect(plan.world_size, warm)
+        return ctx
 
 
 class Interrupted(KeyboardInterrupt):
@@ -156,19 +202,6 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, report: Report) -> None:
         super().__init__("interrupted")
         self.report = report
-
-
-def _in_parallel(buckets: Sequence[Sequence[CheckSpec]],
-                 run_bucket: Callable[[Sequence[CheckSpec], Harness | None], None]) -> None:
-    pool = ThreadPoolExecutor(max_workers=len(buckets), thread_name_prefix="trainspec")
-    try:
-        for _ in pool.map(lambda b: run_bucket(b, None), buckets):
-            pass
-    except KeyboardInterrupt:
-        abort_all()  # before the pool waits for its threads: they wait on workers
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _report(plan: Plan, results: Sequence[CheckResult], described: Sequence[Description],
@@ -254,31 +287,27 @@ def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 
                     max_examples=max_examples), on_result=on_result, harness=harness)
 
 
-# rough seconds per family on the reference (2 cores): a scheduling hint, nothing more
-_FAMILY_COST = {"dist": 14.0, "res": 3.0, "pat": 2.5, "nan": 2.0, "best": 2.0, "ckpt": 2.0,
-                "ft": 1.5, "loop": 1.0, "dbg": 0.5}
-
-
-def _buckets(specs: Sequence[CheckSpec], workers: int) -> list[list[CheckSpec]]:
-    """Families spread over ``workers`` buckets, heaviest first onto the lightest bucket."""
-    families: dict[str, list[CheckSpec]] = {}
-    for spec in specs:
-        families.setdefault(spec.func.__module__.rsplit(".", 1)[-1], []).append(spec)
-    buckets: list[list[CheckSpec]] = [[] for _ in range(min(workers, len(families)) or 1)]
-    load = [0.0] * len(buckets)
-    for family in sorted(families, key=lambda f: -_FAMILY_COST.get(f, 2.0)):
-        lightest = load.index(min(load))
-        buckets[lightest].extend(families[family])
-        load[lightest] += _FAMILY_COST.get(family, 2.0)
-    return [b for b in buckets if b]
-
-
 def _environment(adapter_env: Mapping[str, str | None]) -> dict[str, str | None]:
     env: dict[str, str | None] = {"python": platform.python_version(),
-                                  "torch": torch.__version__.split("+")[0]}
+                                  "torch": _torch_version().split("+")[0]}
     env["framework"] = adapter_env.get("framework")
     env.update({k: v for k, v in adapter_env.items() if k != "framework"})
     return env
+
+
+def _torch_version() -> str:
+    """torch's version, read without importing it when it is not imported yet."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        import torch as imported
+
+        return str(imported.__version__)
 
 
 def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],

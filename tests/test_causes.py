@@ -18,8 +18,8 @@ from tests.test_matrix import _report
 from trainspec.conformance.report import json_io, matrix_html
 from trainspec.conformance.report import matrix as matrices
 from trainspec.conformance.report.matrix_causes import RemedyRun, causes_behind
+from trainspec.conformance.run.describe import describe_adapter
 from trainspec.conformance.run.protocol import Description
-from trainspec.conformance.run.worker import describe_adapter
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.conformance.spec.results import Report

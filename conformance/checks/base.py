@@ -124,6 +124,9 @@ class CheckSpec:
     multi_rank: bool = False
     # the normative sentences (conformance/spec/sentences.py, e.g. "RES-5.2") it exercises
     covers: tuple[str, ...] = ()
+    # modules its runs import next to the trainer (a task scored through torchmetrics): the
+    # harness has its workers import them ahead of the runs
+    imports: tuple[str, ...] = ()
 
     @property
     def doc(self) -> str:
@@ -134,7 +137,8 @@ CHECKS: dict[str, CheckSpec] = {}
 
 
 def check(*clauses: str, requires: Iterable[Capability] = (), multi_rank: bool = False,
-          covers: Iterable[str] = ()) -> Callable[[CheckFunc], CheckFunc]:
+          covers: Iterable[str] = (), imports: Iterable[str] = ()
+          ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check for ``clauses``; its name is the function's name.
 
     ``covers`` names the sentences it exercises (``"RES-5.2"``), for the coverage map
@@ -148,7 +152,8 @@ def check(*clauses: str, requires: Iterable[Capability] = (), multi_rank: bool =
         if name in CHECKS:
             raise ValueError(f"{name}: registered twice")
         CHECKS[name] = CheckSpec(name=name, clauses=tuple(clauses), requires=frozenset(requires),
-                                 func=func, multi_rank=multi_rank, covers=tuple(covers))
+                                 func=func, multi_rank=multi_rank, covers=tuple(covers),
+                                 imports=tuple(imports))
         return func
 
     return register
@@ -187,8 +192,9 @@ class CheckContext:
     notes: list[str] = field(default_factory=list)
 
     def run(self, scenario: Scenario) -> Trace:
-        """The trace of one run (cached: a scenario is deterministic)."""
-        key = json.dumps(scenario.to_json(), sort_keys=True)
+        """The trace of one run (cached: a scenario is deterministic, and its name only labels
+        it, so scenarios that differ by name alone share one run)."""
+        key = json.dumps({**scenario.to_json(), "name": None}, sort_keys=True)
         if key not in self._cache:
             self._cache[key] = self.runs.run(scenario)
         return self.saw(scenario, self._cache[key])
@@ -353,10 +359,8 @@ def _carried_out(spec: CheckSpec, ctx: CheckContext) -> None:
 
 def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: int) -> str:
     """Run a hypothesis property next to the trainer; failing examples come back shrunk."""
-    from trainspec.conformance.checks.properties import reproducer
-
-    outcome = ctx.runs.property(name, runner=f"{reproducer.__module__}:run_property",
-                                max_examples=max_examples)
+    # named, not imported: hypothesis is imported where the property runs, next to the trainer
+    outcome = ctx.runs.property(name, runner=PROPERTY_RUNNER, max_examples=max_examples)
     if outcome.verdict == "passed":
         return f"{outcome.examples} generated score sequences and configs matched the oracle"
     if outcome.verdict == "broke":
@@ -366,9 +370,14 @@ def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: i
         if outcome.status in ("killed", "exited"):  # the trainer's process died or quit
             raise CheckFailed(message, outcome.detail)
         raise HarnessError(message)
+    from trainspec.conformance.checks.properties import reproducer
+
     repro = reproducer(ctx.target_args, clause, dict(outcome.scenario or {}))
     raise CheckFailed(f"{outcome.evidence} [falsifying example after "
                       f"{outcome.examples} runs; reproducer in the detail]", repro)
+
+
+PROPERTY_RUNNER = "trainspec.conformance.checks.properties:run_property"
 
 
 class PropertyTimeout(Exception):

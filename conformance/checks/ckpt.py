@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import torch
-
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
 from trainspec.conformance.checks.chains import (
     combined_decisions,
@@ -245,6 +243,8 @@ def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
     marker = root / "code-ran"
     evil = root / "malicious.pt"
     # pickling is safe; only unpickling runs __reduce__'s call, and this process never does
+    import torch
+
     torch.save({"epoch": 0, "train_step": 1, "model_state_dict": {},
                 "payload": _RunsCode(str(marker))}, evil)
     for resume in (True, False):

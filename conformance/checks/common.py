@@ -6,8 +6,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
 from trainspec.conformance.checks.base import CheckContext, CheckFailed
 from trainspec.conformance.run.records import StatePart, TrainerState, Validation, Weights
 from trainspec.conformance.run.scenario import Scenario, ScoreScript, Task
@@ -199,4 +197,6 @@ def same_weights(a: Weights | None, b: Weights | None) -> bool:
 
 
 def changed(a: Weights, b: Weights) -> bool:
+    import torch  # imported already: the weights are tensors
+
     return any(not torch.equal(a[k], b[k]) for k in a if k in b)

@@ -197,7 +197,8 @@ def check_only_rank_zero_writes(ctx: CheckContext) -> str:
     return f"only rank 0 wrote; with 0.3 s writes no rank of {n} started an epoch early"
 
 
-@check("DIST-6", requires={"multi_rank"}, multi_rank=True, covers=("DIST-6.1",))
+@check("DIST-6", requires={"multi_rank"}, multi_rank=True, covers=("DIST-6.1",),
+       imports=("torchmetrics",))
 def check_ranks_decide_as_one_rank(ctx: CheckContext) -> str:
     """Decisions on N ranks equal those on 1 rank over the same global data."""
     n = ctx.world_size

@@ -38,10 +38,11 @@ class ChildContext:
     """The :class:`~trainspec.conformance.run.adapter.RunContext` of a run in a forked child."""
 
     def __init__(self, *, rank: int, world_size: int, ckpt_root: Path, events_fd: int,
-                 scenario: Scenario) -> None:
+                 scenario: Scenario, job_dir: Path | None = None) -> None:
         self._rank, self._world_size, self._ckpt_root = rank, world_size, ckpt_root
         self._fd = events_fd
         self._scenario = scenario
+        self._job_dir = job_dir  # where every rank of the run writes its records
         self.fired: set[tuple[str, int]] = set()  # the crash points already interrupted at
         from trainspec.conformance.run.writewatch import WriteWatch
 
@@ -95,7 +96,28 @@ class ChildContext:
                 and (where, epoch) not in self.fired:
             self.fired.add((where, epoch))
             self.record(Crash(where=where, epoch=epoch, how=crash.how, t=time.time()))
-            interrupt(crash.how, crash.stall_s)
+            several = self._world_size > 1 and self._job_dir is not None
+            interrupt(crash.how, crash.stall_s, until=self.peers_ended if several else None)
+
+    def peers_ended(self) -> bool:
+        """Whether every other rank has recorded how its run ended (raised, exited, done).
+
+        A stall ends then rather than at its full length: what it is there to show, how the
+        other ranks end while this one stops answering, is recorded, and no later moment can
+        change it. While any rank runs on, the stall goes on.
+        """
+        assert self._job_dir is not None
+        return all(_has_ended(self._job_dir / f"rank{r}.events.jsonl")
+                   for r in range(self._world_size) if r != self._rank)
+
+    def slows_writes(self) -> bool:
+        """Whether this rank's checkpoint writes are slowed down (the scenario's
+        ``slow_writes_s``): on rank 0, in every epoch but the last, whose files no later epoch
+        start reads (DIST-4 compares each epoch's start with the previous epoch's file)."""
+        last = self._scenario.get("num_epochs")
+        started = self.writes.epoch
+        final = isinstance(last, int) and started is not None and started >= last - 1
+        return self._rank == 0 and not final
 
     def _boundary(self, record: Record) -> None:
         """The epoch boundaries the suite sees in the records themselves: an adapter that
@@ -107,6 +129,21 @@ class ChildContext:
             self.crash_point("train_start", record.epoch)
         elif isinstance(record, TrainEnd):
             self.crash_point("train_end", record.epoch)
+
+
+_ENDINGS = (b'"ev": "error"', b'"ev": "exit"', b'"ev": "done"')
+
+
+def _has_ended(events: Path) -> bool:
+    """Whether a rank's records file ends with how its run ended (its last whole line)."""
+    try:
+        with events.open("rb") as f:
+            f.seek(max(f.seek(0, os.SEEK_END) - 65536, 0))
+            tail = f.read()
+    except OSError:
+        return False
+    last = tail[: tail.rfind(b"\n")].rpartition(b"\n")[2]
+    return last.startswith(b"{") and any(e in last[:40] for e in _ENDINGS)
 
 
 def set_parent_death_signal() -> None:
@@ -215,8 +252,9 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
     events_fd = os.open(job_dir / f"rank{req['rank']}.events.jsonl",
                         os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     ctx = ChildContext(rank=req["rank"], world_size=scenario.world_size,
-                       ckpt_root=Path(req["ckpt_root"]), events_fd=events_fd, scenario=scenario)
-    ctx.writes.install(scenario.task.slow_writes_s, ctx.rank)
+                       ckpt_root=Path(req["ckpt_root"]), events_fd=events_fd, scenario=scenario,
+                       job_dir=job_dir)
+    ctx.writes.install(scenario.task.slow_writes_s, ctx.slows_writes)
     try:
         adapter.run(scenario, ctx)
     except SystemExit as e:

@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-
 from trainspec.conformance.run.jsonfields import FieldReader, RecordError
 from trainspec.conformance.spec.printable import strip_escapes
 
@@ -155,6 +153,8 @@ def load_dict(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """A checkpoint file loaded with ``weights_only=True`` as a dict, or why it does not load
     so (never unpickled any other way)."""
     try:
+        import torch  # in the worker, where it is imported already
+
         content = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # the file is what is being judged: record, do not raise
         return None, error_line(e)
@@ -199,6 +199,8 @@ class CheckpointRead:
 def read_checkpoint(path: Path) -> CheckpointRead:
     """``path`` loaded as its trainer loads it: weights-only, else with its own classes
     allowed (never a function, never an object of a module that reaches the system)."""
+    import torch  # in the worker, where it is imported already
+
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # the file is what is being judged: record, do not raise
@@ -225,6 +227,8 @@ def _as_read(content: object, weights_only_error: str | None) -> CheckpointRead:
 def _own_classes(path: Path) -> tuple[list[Any] | None, str]:
     """The globals ``path`` names beyond the weights-only defaults, resolved, when every one
     is the trainer's data (a class, or a constant); else None and why not."""
+    import torch
+
     try:
         names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     except Exception:  # not an archive torch can list: the weights-only error says enough

@@ -1,260 +1,38 @@
-"""The harness: worlds of worker processes that run scenarios, bounded in time.
+"""The harness: the worlds of worker processes a check session runs scenarios on.
 
-A :class:`World` is one worker process per rank, bound to one adapter when it starts and
-reused for every scenario (imports are paid once; each run is a fork); it speaks the typed
-requests and replies of :mod:`trainspec.conformance.run.protocol`, and a run's reply brings the
-files the run left. A multi-rank run gets the torchrun environment
-(``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``); its rendezvous store
-is hosted here, as torchrun's agent does (``TORCHELASTIC_USE_AGENT_STORE``), on a port the OS
-picks, so ranks never race to bind it and parallel suites never collide. Every run has a bound:
-a rank past it is reported as ``timeout`` with its stack, and no process outlives :meth:`close`.
+A :class:`Harness` holds one scratch folder, the bound on every run and the worlds
+(:class:`~trainspec.conformance.run.world.World`: one worker process per rank, bound to one
+adapter, reused for every run) of the adapters it serves. The workers of one adapter are
+shared between its worlds: rank 0 of a multi-rank world is the single-rank world's worker.
+No process outlives :meth:`Harness.close`.
 """
 
 from __future__ import annotations
 
 import itertools
 import shutil
-import signal
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
-from trainspec.conformance.run.files import FileRecord
-from trainspec.conformance.run.protocol import (
-    AdapterSpec,
-    Describe,
-    Description,
-    Failure,
-    InvalidDescription,
-    Property,
-    PropertyOutcome,
-    PropertyReply,
-    Reply,
-    Run,
-    RunReply,
-    as_run_reply,
-)
-from trainspec.conformance.run.records import RunError
+from trainspec.conformance.run.protocol import AdapterSpec, Description, PropertyOutcome
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.session import (
-    MIN_FREE_RUN_B,
     MIN_FREE_START_B,
     WorkerProcess,
+    close_all,
     require_disk,
 )
-from trainspec.conformance.run.trace import (
-    RankTrace,
-    RunStatus,
-    Trace,
-    parse_rank,
-    read_records,
-)
-from trainspec.errors import AdapterError, ConfigError, HarnessError
+from trainspec.conformance.run.trace import Trace
+from trainspec.conformance.run.world import World
+from trainspec.errors import ConfigError
 
 __all__ = ["AdapterRuns", "AdapterSpec", "Harness", "PropertyOutcome", "World"]
 
 Backend = Literal["gloo", "nccl"]
-
-# job folders are numbered across every world of the process: worlds of several adapters and
-# sizes share one scratch folder
-_JOBS = itertools.count()
-
-_REPLY_MARGIN_S = 15.0  # the worker bounds its child; this covers the stack dump and the kill
-# the adapter's import and self-description get --timeout and this much more: a framework's
-# import alone takes seconds (Lightning ~5 s), which a tight --timeout for runs does not budget
-_IMPORT_MARGIN_S = 10.0
-
-
-class World:
-    """``size`` workers, one per rank, bound to one adapter and reused across runs.
-
-    ``spawn`` starts a worker (the harness may hand over one it started ahead of need).
-    """
-
-    def __init__(self, size: int, root: Path, adapter: AdapterSpec, *, fresh: bool = False,
-                 spawn: Callable[[Path], WorkerProcess] | None = None) -> None:
-        self.size, self.root, self.adapter, self.fresh = size, root, adapter, fresh
-        self._spawn = spawn or self._new_worker
-        self.workers: list[WorkerProcess] = []
-        self._runs = 0
-        self._start()
-
-    def _start(self) -> None:
-        logs = self.root / "workers"
-        logs.mkdir(parents=True, exist_ok=True)
-        stamp = time.monotonic_ns()
-        self.workers = [self._spawn(logs / f"w{self.size}-r{r}-{stamp}.log")
-                        for r in range(self.size)]
-        for worker in self.workers:
-            worker.bind(self.adapter)
-
-    def _new_worker(self, log_path: Path) -> WorkerProcess:
-        return WorkerProcess(log_path)
-
-    def restart(self) -> None:
-        for w in self.workers:
-            w.close()
-        self._spawn = self._new_worker  # a restart starts its own
-        self._start()
-
-    def describe(self, timeout_s: float = 60.0) -> Description:
-        """What the adapter says of itself (validated in the worker); its import and
-        description are bounded by ``timeout_s`` (plus a margin for a framework's import).
-
-        Raises:
-            AdapterError: the adapter could not be imported, built or described within the
-                bound, or described itself wrongly; the message names the adapter.
-        """
-        worker = self.workers[0]
-        worker.send(Describe())
-        bound_s = timeout_s + _IMPORT_MARGIN_S
-        try:
-            reply = worker.receive(bound_s)
-        except HarnessError as e:  # the worker runs only the adapter's code after its start
-            raise AdapterError(self._unanswered(worker, bound_s, str(e))) from None
-        if isinstance(reply, Failure) and reply.kind == "invalid":
-            raise InvalidDescription(reply.error)
-        if isinstance(reply, Failure):
-            raise AdapterError(f"{self.adapter.factory}: {reply.error}\n{reply.traceback}")
-        if not isinstance(reply, Description):
-            raise HarnessError(f"{self.adapter.factory}: expected a description, got {reply}")
-        return reply
-
-    def _unanswered(self, worker: WorkerProcess, bound_s: float, error: str) -> str:
-        factory = self.adapter.factory
-        if "did not answer" not in error:  # it ended: os._exit, sys.exit, closed its pipes
-            return (f"{factory}: the worker died while importing, building or describing the "
-                    f"adapter ({error.partition(';')[0]}); an adapter module must import, and "
-                    f"its factory return, without ending the process or closing its file "
-                    f"descriptors.\n{worker.log_tail()}")
-        stack = worker.dump_stacks()
-        self.close()
-        return (f"{factory}: importing, building or describing the adapter did not finish "
-                f"within {bound_s:g} s (--timeout plus {_IMPORT_MARGIN_S:g} s for imports): "
-                f"the module must import, and capabilities() and environment() return, "
-                f"within it; where it was stuck is below.\n{stack}")
-
-    def run(self, scenario: Scenario, *, ckpt_root: Path, timeout_s: float,
-            preload: Sequence[str] = ()) -> Trace:
-        """One run of ``scenario`` on every rank; rank 0's reply lists the files it left."""
-        if scenario.world_size != self.size:
-            raise HarnessError(f"scenario {scenario.name!r} needs {scenario.world_size} ranks, "
-                               f"this world has {self.size}")
-        if self.fresh and self._runs:
-            self.restart()  # fresh-process mode: nothing of an earlier run can leak into this one
-        self._runs += 1
-        job_dir = self.root / f"job{next(_JOBS)}-{scenario.name}"[:120]
-        job_dir.mkdir(parents=True)
-        ckpt_root.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        store, env = self._rendezvous()
-        try:
-            for rank, worker in enumerate(self.workers):
-                rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)} if env else {}
-                worker.send(Run(scenario=scenario.to_json(), rank=rank, job_dir=str(job_dir),
-                                ckpt_root=str(ckpt_root), timeout_s=timeout_s, env=rank_env,
-                                # rank 0 writes the checkpoints (a rank > 0 that writes is
-                                # DIST-4's finding, from the write watch): when its child has
-                                # ended, its worker describes what the run left
-                                preload=tuple(preload), describe_files=rank == 0))
-            # rank 0's worker then describes the files, bounded by timeout_s too
-            replies = self._collect(2 * timeout_s)
-        finally:
-            del store
-        duration = time.monotonic() - started
-        if any(r.status != "exited" or r.code != 0 for r in replies):
-            require_disk(self.root, MIN_FREE_RUN_B, during=scenario.name)
-        ranks = tuple(self._rank_trace(rank, job_dir, reply) for rank, reply in
-                      enumerate(replies))
-        return Trace(scenario_name=scenario.name, ranks=ranks, files=self._files(replies[0]),
-                     duration_s=duration)
-
-    def _rendezvous(self) -> tuple[object, dict[str, str]]:
-        """A store hosted here for a multi-rank run (torchrun's agent store), and its env."""
-        if self.size == 1:
-            return None, {}
-        store = TCPStore("127.0.0.1", 0, world_size=self.size, is_master=True,
-                         wait_for_workers=False)
-        return store, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
-                       "WORLD_SIZE": str(self.size), "TORCHELASTIC_USE_AGENT_STORE": "True"}
-
-    def _files(self, reply: RunReply) -> tuple[FileRecord, ...]:
-        if reply.files_error:
-            raise HarnessError(f"{self.adapter.factory}: describing the checkpoint files "
-                               f"failed: {reply.files_error}")
-        return tuple(FileRecord.from_json(entry) for entry in reply.files or ())
-
-    def run_property(self, name: str, *, runner: str, max_examples: int,
-                     timeout_s: float) -> PropertyOutcome:
-        """A hypothesis property run next to the trainer in one bounded child (one rank)."""
-        job_dir = self.root / f"job{next(_JOBS)}-property-{name}"
-        job_dir.mkdir(parents=True)
-        worker = self.workers[0]
-        worker.send(Property(name=name, runner=runner, max_examples=max_examples,
-                             job_dir=str(job_dir), timeout_s=timeout_s))
-        reply = self._collect_one(worker, timeout_s)
-        if isinstance(reply, PropertyReply) and reply.result is not None:
-            return PropertyOutcome.from_json(reply.result)
-        run = reply.run if isinstance(reply, PropertyReply) else as_run_reply(reply)
-        log = job_dir / "rank0.log"
-        tail = log.read_text(errors="replace")[-6000:] if log.exists() else ""
-        return PropertyOutcome(verdict="broke", status=run.status, detail=run.stack or tail,
-                               error=run.error or f"the property run {run.status}")
-
-    def _collect_one(self, worker: WorkerProcess, timeout_s: float) -> Reply:
-        try:
-            return worker.receive(timeout_s + _REPLY_MARGIN_S)
-        except HarnessError as e:
-            self.restart()
-            return RunReply.lost(str(e))
-
-    def _collect(self, timeout_s: float) -> list[RunReply]:
-        replies: list[RunReply] = []
-        broken = False
-        for worker in self.workers:
-            try:
-                replies.append(as_run_reply(worker.receive(timeout_s + _REPLY_MARGIN_S)))
-            except HarnessError as e:
-                broken = True
-                replies.append(RunReply.lost(str(e)))
-        if broken:
-            self.restart()
-        return replies
-
-    @staticmethod
-    def _rank_trace(rank: int, job_dir: Path, reply: RunReply) -> RankTrace:
-        records = read_records(job_dir / f"rank{rank}.events.jsonl")
-        kind = reply.status
-        status: RunStatus
-        error = detail = ""
-        errors = [e for e in records if isinstance(e, RunError)]
-        if kind == "timeout":
-            status, error = "timeout", f"still running after {reply.timeout_s} s"
-            detail = reply.stack
-        elif kind == "killed":
-            status, error = "killed", f"killed by {signal.Signals(reply.signal or 0).name}"
-        elif kind == "exited" and reply.code == 0:
-            status = "completed"
-        elif kind == "exited" and errors:
-            status = "raised"
-            error = f"{errors[-1].type}: {errors[-1].message}".splitlines()[0][:300]
-            detail = errors[-1].traceback
-        elif kind == "exited":
-            status, error = "exited", f"exited with status {reply.code}"
-        else:
-            status, error = "lost", reply.error
-            detail = reply.traceback
-        return parse_rank(rank, records, status, error, detail)
-
-    def close(self) -> None:
-        for worker in self.workers:
-            worker.close()
-        self.workers = []
 
 
 class Harness:
@@ -283,6 +61,9 @@ class Harness:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
         self.worlds: dict[tuple[AdapterSpec, int], World] = {}
+        # each adapter's workers, shared by its worlds (World.slots); none in fresh mode
+        self._slots: dict[AdapterSpec, list[WorkerProcess]] = {}
+        self._warm: tuple[str, ...] = ()  # modules the multi-rank runs import (expect)
         self._dirs = itertools.count()
         self._spare: WorkerProcess | None = None  # started ahead of need once adapters vary
 
@@ -292,8 +73,9 @@ class Harness:
         if (spec, size) not in self.worlds:
             if spec != self.adapter:
                 self._retire_others(spec)
+            slots = None if self.fresh else self._slots.setdefault(spec, [])
             self.worlds[spec, size] = World(size, self.root, spec, fresh=self.fresh,
-                                            spawn=self._take_spare)
+                                            spawn=self._take_spare, slots=slots)
             if spec != self.adapter:  # another adapter may well follow: warm one up now
                 self._spare = self._spare or WorkerProcess(self._log_path("spare"))
         return self.worlds[spec, size]
@@ -303,6 +85,43 @@ class Harness:
         checking many adapters in turn holds the processes of two at most."""
         for key in [k for k in self.worlds if k[0] not in (self.adapter, keep)]:
             self.worlds.pop(key).close()
+        for spec in [s for s in self._slots if s not in (self.adapter, keep)]:
+            close_all(self._slots.pop(spec))
+
+    def expect(self, size: int, preload: Sequence[str] = ()) -> None:
+        """Start now the workers a world of ``size`` ranks of the harness's own adapter needs
+        beyond those it has: they import and warm up while other runs go on, ``preload`` too
+        (modules its runs import, e.g. torchmetrics; a worker already running imports them
+        in the first run that needs them)."""
+        if self.fresh or size < 2 or (self.adapter, size) in self.worlds:
+            return
+        slots = self._slots.setdefault(self.adapter, [])
+        self._warm = tuple(preload)
+        while len(slots) < size:
+            worker = WorkerProcess(self._log_path(f"r{len(slots)}"))
+            worker.bind(self.adapter, warm=preload, settle=True)
+            slots.append(worker)
+
+    def hand_over(self) -> None:
+        """Once a rank started ahead of need is bound and warm, it serves the single-rank
+        runs, and the worker that served them imports what the multi-rank runs need
+        (:meth:`expect`'s preload) meanwhile, not in the first run that needs it. Cheap to
+        call between runs: it waits for nothing."""
+        slots = self._slots.get(self.adapter, [])
+        if len(slots) < 2 or set(self._warm) <= slots[0].warmed or not slots[1].settled():
+            return
+        slots[0], slots[1] = slots[1], slots[0]
+        slots[1].warm(self._warm)
+
+    def release_unused(self, size: int) -> None:
+        """Stop the workers :meth:`expect` started for a world of ``size`` ranks that never
+        came to be (its checks needed a capability the target lacks)."""
+        slots = self._slots.get(self.adapter, [])
+        if (self.adapter, size) in self.worlds or len(slots) < 2:
+            return
+        used = {id(w) for world in self.worlds.values() for w in world.workers}
+        close_all([w for w in slots if id(w) not in used])
+        slots[:] = [w for w in slots if id(w) in used]
 
     def _take_spare(self, log_path: Path) -> WorkerProcess:
         spare, self._spare = self._spare, None
@@ -355,12 +174,17 @@ class Harness:
         """Stop every worker and remove the scratch root (in a ``finally``: an interrupt while
         the workers shut down still removes it)."""
         try:
+            in_worlds = [w for world in self.worlds.values() for w in world.slots]
+            spare = [self._spare] if self._spare is not None else []
+            rest = [w for ws in self._slots.values() for w in ws if w not in in_worlds] + spare
+            for worker in in_worlds + rest:  # all asked first: they exit side by side
+                worker.stop_soon()
+            close_all(rest)
+            self._spare = None
             for world in list(self.worlds.values()):
                 world.close()
             self.worlds.clear()
-            if self._spare is not None:
-                self._spare.close()
-                self._spare = None
+            self._slots.clear()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -9,9 +9,12 @@ exactly through Python floats, so bitwise comparisons stay bitwise).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["FieldReader", "RecordError", "decode", "encode"]
 
@@ -22,7 +25,8 @@ class RecordError(ValueError):
 
 def encode(obj: object) -> object:
     """A JSON-able form of nested containers of tensors, numbers and strings."""
-    if isinstance(obj, torch.Tensor):
+    torch = sys.modules.get("torch")  # without torch imported, nothing is a tensor
+    if torch is not None and isinstance(obj, torch.Tensor):
         t = obj.detach().cpu()
         return {"__tensor__": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                 "data": t.reshape(-1).tolist()}
@@ -39,6 +43,8 @@ def decode(obj: object) -> object:
     """Inverse of :func:`encode` (tuples come back as lists)."""
     if isinstance(obj, dict):
         if "__tensor__" in obj:
+            import torch  # paid by the first tensor read, not by importing the suite
+
             dtype = getattr(torch, str(obj["__tensor__"]))
             return torch.tensor(obj["data"], dtype=dtype).reshape(obj["shape"])
         return {k: decode(v) for k, v in obj.items()}
@@ -100,7 +106,9 @@ class FieldReader:
 
     def weights(self, name: str) -> dict[str, torch.Tensor]:
         value = decode(self.data.get(name))
-        if isinstance(value, dict) and all(isinstance(v, torch.Tensor) for v in value.values()):
+        torch = sys.modules.get("torch")  # imported by decode when it met a tensor
+        if isinstance(value, dict) and (not value or (torch is not None and all(
+                isinstance(v, torch.Tensor) for v in value.values()))):
             return {str(k): v for k, v in value.items()}
         raise self.bad(name, "a dict of tensors")
 

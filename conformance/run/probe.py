@@ -19,7 +19,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -324,17 +324,23 @@ def _visible_last_epoch(run: _Run) -> int | None:
 # ------------------------------------------------------------------------- crash points
 
 
-def interrupt(how: str, stall_s: float = 0.0) -> None:
-    """Interrupt this process the way the scenario asks: a kill, a SIGTERM, a stall, an error."""
+def interrupt(how: str, stall_s: float = 0.0, until: Callable[[], bool] | None = None) -> None:
+    """Interrupt this process the way the scenario asks: a kill, a SIGTERM, a stall, an error.
+
+    A stall lasts ``stall_s``, or until ``until()`` says there is nothing left to wait for.
+    """
     if how == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif how == "sigterm":
         os.kill(os.getpid(), signal.SIGTERM)
     elif how == "stall":
-        deadline = time.monotonic() + stall_s
-        while time.monotonic() < deadline:  # alive, answering no collective
+        began = time.monotonic()
+        while time.monotonic() < began + stall_s:  # alive, answering no collective
+            if until is not None and until():
+                break
             time.sleep(0.05)
-        raise RuntimeError(f"trainspec: this rank stalled for {stall_s} s on purpose")
+        raise RuntimeError(f"trainspec: this rank stalled for {time.monotonic() - began:.1f} "
+                           f"s (at most {stall_s} s) on purpose")
     else:
         raise RuntimeError("trainspec: injected crash")
 

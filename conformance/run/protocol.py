@@ -9,7 +9,7 @@ run, and :class:`Failure` when the worker could not do what was asked (the adapt
 load or described itself wrongly).
 
 The adapter's self-description is validated once, in the worker, next to the adapter
-(``worker.describe_adapter``); the harness trusts a :class:`Description` it decodes.
+(``describe.describe_adapter``); the harness trusts a :class:`Description` it decodes.
 """
 
 from __future__ import annotations
@@ -24,29 +24,10 @@ from trainspec.conformance.run.adapter import CAPABILITIES, Capability
 from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.errors import AdapterError, HarnessError
 
-__all__ = [
-    "JSON",
-    "AdapterSpec",
-    "Bind",
-    "Describe",
-    "Description",
-    "Failure",
-    "InvalidDescription",
-    "Property",
-    "PropertyOutcome",
-    "PropertyReply",
-    "Ready",
-    "Reply",
-    "Request",
-    "Run",
-    "RunReply",
-    "RunStatus",
-    "Shutdown",
-    "as_run_reply",
-    "decode_reply",
-    "decode_request",
-    "encode",
-]
+__all__ = ["JSON", "AdapterSpec", "Bind", "Describe", "Description", "Failure",
+           "InvalidDescription", "Property", "PropertyOutcome", "PropertyReply", "Ready",
+           "Reply", "Request", "Run", "RunReply", "RunStatus", "Shutdown", "Warm",
+           "as_run_reply", "decode_reply", "decode_request", "encode"]
 
 JSON = dict[str, object]  # one decoded JSON object: checked field by field on decoding
 RunStatus = Literal["exited", "killed", "timeout", "lost"]
@@ -99,16 +80,21 @@ class AdapterSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Bind:
-    """The worker's first request: build this adapter and serve it until shutdown."""
+    """The worker's first request: build this adapter and serve it until shutdown.
+
+    ``warm``: modules to import once it is built, when they import (runs that need one name
+    it in their own ``preload``, where a failure to import is the run's)."""
 
     adapter: AdapterSpec
+    warm: tuple[str, ...] = ()
 
     def to_json(self) -> JSON:
-        return {"op": "bind", "adapter": self.adapter.to_json()}
+        return {"op": "bind", "adapter": self.adapter.to_json(), "warm": list(self.warm)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Bind:
-        return cls(adapter=AdapterSpec.from_json(_object(data, "adapter")))
+        return cls(adapter=AdapterSpec.from_json(_object(data, "adapter")),
+                   warm=_strs(data, "warm"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,9 +176,24 @@ class Shutdown:
         return cls()
 
 
-Request = Bind | Describe | Run | Property | Shutdown
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Warm:
+    """Import these modules now, when they import (no reply: the worker is idle meanwhile)."""
+
+    modules: tuple[str, ...]
+
+    def to_json(self) -> JSON:
+        return {"op": "warm", "modules": list(self.modules)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Warm:
+        return cls(modules=_strs(data, "modules"))
+
+
+Request = Bind | Describe | Run | Property | Shutdown | Warm
 _REQUESTS: dict[str, type[Request]] = {"bind": Bind, "describe": Describe, "run": Run,
-                                       "property": Property, "shutdown": Shutdown}
+                                       "property": Property, "shutdown": Shutdown,
+                                       "warm": Warm}
 
 
 # ----------------------------------------------------------------------------------- replies
@@ -253,7 +254,7 @@ class RunReply:
     signal: int | None = None  # killed: the signal number
     stack: str = ""  # timeout: every thread's stack at the deadline
     timeout_s: float | None = None
-    error: str = ""  # lost: what broke
+    error: str = ""  # lost: what broke; timeout: why it was cut short, when it was
     traceback: str = ""
     files: tuple[JSON, ...] | None = None  # None: not asked, or describing them failed
     files_error: str = ""  # why describing the files failed, with its traceback
@@ -389,7 +390,7 @@ def _decode(line: str, key: str, kinds: Mapping[str, type[Request]] | Mapping[st
 def decode_request(line: str) -> Request:
     """A request line as its type; :class:`HarnessError` when it is none of them."""
     request = _decode(line, "op", _REQUESTS)
-    assert isinstance(request, Bind | Describe | Run | Property | Shutdown)  # by _REQUESTS
+    assert isinstance(request, Bind | Describe | Run | Property | Shutdown | Warm)
     return request
 
 

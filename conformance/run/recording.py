@@ -10,8 +10,10 @@ settles after its callbacks have acted (:class:`PendingValidation`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 import torch
 
@@ -89,26 +91,48 @@ def snapshot_file(path: Path | None, read: FileContent = seed_content) -> FileSn
 
     ``read`` says what the loaded content means (the seed's keys by default); a file that does
     not load at all, or that ``read`` refuses, is a snapshot with its ``error``. Whether it
-    loads weights-only is CKPT-1's matter, judged on the files the run left.
+    loads weights-only is CKPT-1's matter, judged on the files the run left. A file whose bytes
+    were read before (by the same ``read``) is not loaded again: the same bytes say the same.
     """
     if path is None or not path.is_file():
         return None
     try:
         stat = path.stat()
+        digest = _digest(path)
     except OSError:  # gone since it was found: rank 0 may replace it while another rank looks
         return None
+    said = _SAID.get((read, digest))
+    if said is None:
+        said = _read_file(path, read)
+        with contextlib.suppress(OSError):  # kept only when the file did not change meanwhile
+            if _digest(path) == digest:
+                if len(_SAID) >= 64:
+                    _SAID.clear()
+                _SAID[read, digest] = said
+    epoch, step, weights, error = said
+    return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
+                        epoch=epoch, step=step, weights=weights, error=error)
+
+
+# what a file's bytes said to a reader: (epoch, step, weights, error), by (reader, digest)
+_Said: TypeAlias = "tuple[int | None, int | None, Weights | None, str | None]"
+_SAID: dict[tuple[FileContent, bytes], _Said] = {}
+
+
+def _digest(path: Path) -> bytes:
+    return hashlib.blake2b(path.read_bytes(), digest_size=20).digest()
+
+
+def _read_file(path: Path, read: FileContent) -> _Said:
     loaded = read_checkpoint(path)
     content = loaded.content
     if content is None:
-        return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
-                            error=loaded.error)
+        return None, None, None, loaded.error
     try:
         epoch, step, weights = read(content)
     except AdapterError as e:
-        return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
-                            error=str(e))
-    return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
-                        epoch=epoch, step=step, weights=plain_weights(weights))
+        return None, None, None, str(e)
+    return epoch, step, plain_weights(weights), None
 
 
 class PendingValidation:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Literal, TypeAlias
-
-import torch
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from trainspec.conformance.run.jsonfields import FieldReader, RecordError, decode, encode
 from trainspec.conformance.run.scenario import CrashWhere
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "RECORD_TYPES",
@@ -54,7 +55,7 @@ __all__ = [
     "to_json",
 ]
 
-Weights: TypeAlias = dict[str, torch.Tensor]
+Weights: TypeAlias = "dict[str, torch.Tensor]"  # a string: importing records costs no torch
 # nested state as torch gives it (an optimizer's state_dict): dicts, lists, tensors, numbers
 Nested: TypeAlias = object
 Phase = Literal["first", "epoch"]

@@ -10,30 +10,36 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO
+from typing import TypeVar
 
 from trainspec.conformance.run.protocol import (
     AdapterSpec,
     Bind,
+    Describe,
     Ready,
     Reply,
     Request,
     Shutdown,
+    Warm,
     decode_reply,
     encode,
 )
 from trainspec.errors import ConfigError, HarnessError
 
-__all__ = ["MIN_FREE_RUN_B", "MIN_FREE_START_B", "START_TIMEOUT_S",
-           "WorkerProcess", "abort_all", "is_aborted", "require_disk", "reset_abort"]
+__all__ = ["MIN_FREE_RUN_B", "MIN_FREE_START_B", "START_TIMEOUT_S", "WorkerProcess",
+           "abort_all", "close_all", "is_aborted", "profile_workers", "profiled", "require_disk",
+           "reset_abort"]
+
+T = TypeVar("T")
 
 START_TIMEOUT_S = 60.0  # a worker's own start (torch imported, warm): the suite's code only
 
@@ -42,6 +48,9 @@ START_TIMEOUT_S = 60.0  # a worker's own start (torch imported, warm): the suite
 _LIVE: set[WorkerProcess] = set()
 _LIVE_LOCK = threading.Lock()
 _ABORTED = threading.Event()
+# a folder every worker started from now on writes its cProfile statistics into (one file per
+# worker and per run's child): a benchmark's hook (docs/profile-notes.md), None when off
+_PROFILE_DIR: list[Path] = []
 
 
 # the scratch folder's free space: below the first no run can be trusted to write its records
@@ -64,6 +73,22 @@ def require_disk(root: Path, need_b: int, *, during: str = "") -> None:
                f"{root.parent} (TMPDIR), trainspec needs {need_b // 2**20} MiB. Free space "
                "there or point TMPDIR at a larger disk.")
     raise HarnessError(message) if during else ConfigError(message)
+
+
+def profile_workers(folder: Path | None) -> None:
+    """Workers started from now on profile themselves and their runs into ``folder``."""
+    _PROFILE_DIR[:] = [] if folder is None else [folder]
+
+
+def profiled(folder: Path, call: Callable[[], T]) -> T:
+    """``call()`` profiled into ``folder`` (run/profiling.py), the workers it starts
+    profiling themselves and their runs there too."""
+    from trainspec.conformance.run.profiling import profiled as block
+
+    folder.mkdir(parents=True, exist_ok=True)
+    profile_workers(folder)
+    with block(folder, "main"):
+        return call()
 
 
 def abort_all() -> None:
@@ -95,20 +120,53 @@ class WorkerProcess:
                "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
         self.log_path = log_path
         self._log = log_path.open("ab")
+        profile = ["--profile", str(_PROFILE_DIR[0])] if _PROFILE_DIR else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainspec.conformance.run.worker"],
+            [sys.executable, "-m", "trainspec.conformance.run.worker", *profile],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
-            start_new_session=True, text=True, bufsize=1,
-        )
+            start_new_session=True,  # replies are read from the pipe itself (os.read), lines
+        )                            # kept here: several can come at once
+        self._lines = b""  # what the worker wrote that is not read as a reply yet
+        self._ended = False  # its protocol pipe is closed
         self._ready = False
         self._busy = False  # a request sent and not answered: close kills without waiting
+        self._stopping = False  # asked to shut down (stop_soon)
+        self._settling = False  # a describe sent with the bind, not answered yet
+        self.warmed: frozenset[str] = frozenset()  # the modules it was asked to import
         with _LIVE_LOCK:
             _LIVE.add(self)
 
-    def bind(self, adapter: AdapterSpec) -> None:
+    def bind(self, adapter: AdapterSpec, warm: Sequence[str] = (), *,
+             settle: bool = False) -> None:
         """Send the adapter the worker serves (it builds it once; no reply: a failure to build
-        it answers every later request)."""
-        self.send(Bind(adapter=adapter))
+        it answers every later request), and modules to import once it is built. Sent at
+        once, not after the worker's ready line: the worker reads it as soon as it is warm,
+        while this process goes on. ``settle``: a describe follows, whose answer
+        :meth:`settled` looks for (then the worker is bound and warm)."""
+        self._write(Bind(adapter=adapter, warm=tuple(warm)))
+        self.warmed = frozenset(warm)
+        if settle:
+            self._write(Describe())
+            self._settling = True
+
+    def warm(self, modules: Sequence[str]) -> None:
+        """Have the idle worker import ``modules`` now (no reply)."""
+        self._write(Warm(modules=tuple(modules)))
+        self.warmed |= frozenset(modules)
+
+    def settled(self) -> bool:
+        """Whether the worker is bound and warm (after a bind with ``settle``), without
+        waiting; False while it is not, or once it is gone."""
+        try:
+            while self._settling and self.has_reply():
+                if not self._ready:
+                    self.wait_ready()
+                else:
+                    self.receive(0.0)  # its description: the bind and the imports are done
+                    self._settling = False
+        except HarnessError:
+            return False
+        return not self._settling
 
     def wait_ready(self) -> None:
         """Wait until the worker has started (torch imported, warm)."""
@@ -121,29 +179,54 @@ class WorkerProcess:
 
     def send(self, request: Request) -> None:
         self.wait_ready()
+        if self._settling:  # the description asked with the bind comes first
+            self.receive(START_TIMEOUT_S)
+            self._settling = False
+        self._write(request)
+
+    def _write(self, request: Request) -> None:
         assert self.proc.stdin is not None
         try:
-            self._busy = not isinstance(request, Bind)  # a bind has no reply
-            self.proc.stdin.write(encode(request) + "\n")
+            self._busy = not isinstance(request, Bind | Warm)  # those have no reply
+            self.proc.stdin.write((encode(request) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as e:
-            raise HarnessError(f"worker {self.proc.pid} is gone ({e}); "
+            raise HarnessError(f"worker {self.proc.pid} {self.exit_status()} ({e}); "
                                f"its log: {self.log_tail()}") from None
 
+    def fileno(self) -> int:
+        """The pipe its replies come on (to wait on several workers at once)."""
+        assert self.proc.stdout is not None
+        return self.proc.stdout.fileno()
+
+    def has_reply(self) -> bool:
+        """Whether a whole reply (or the end of the pipe) is here, reading without waiting."""
+        if b"\n" not in self._lines and not self._ended:
+            self._read(0.0)
+        return b"\n" in self._lines or self._ended
+
+    def _read(self, timeout_s: float) -> None:
+        """What the worker has written, once something is there or ``timeout_s`` passed."""
+        ready, _, _ = select.select([self.fileno()], [], [], max(timeout_s, 0.0))
+        if ready:
+            chunk = os.read(self.fileno(), 1 << 16)
+            self._lines += chunk
+            self._ended = not chunk
+
     def receive(self, timeout_s: float) -> Reply:
-        stdout: IO[str] | None = self.proc.stdout
-        assert stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(stdout, selectors.EVENT_READ)
-            if not sel.select(timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._lines:
+            if self._ended:
+                raise HarnessError(f"worker {self.proc.pid} {self.exit_status()}; "
+                                   f"its log: {self.log_tail()}")
+            left = deadline - time.monotonic()
+            if left <= 0 and not self.has_reply():
                 raise HarnessError(f"worker {self.proc.pid} did not answer within "
                                    f"{timeout_s:.0f} s; its log: {self.log_tail()}")
-        line = stdout.readline()
-        if not line:
-            raise HarnessError(f"worker {self.proc.pid} {self.exit_status()}; "
-                               f"its log: {self.log_tail()}")
+            self._read(left)
+        line, _, self._lines = self._lines.partition(b"\n")
         self._busy = False
-        return decode_reply(line)
+        return decode_reply(line.decode(errors="replace"))
 
     def exit_status(self) -> str:
         """How the worker ended, in words (it closed its pipe: give it a moment to be reaped)."""
@@ -175,20 +258,34 @@ class WorkerProcess:
             return self.log_path.read_text(errors="replace")[-limit:].strip() or "(empty)"
         return "(unreadable)"
 
+    def cut(self) -> None:
+        """Have the worker end its running child as one past its bound (SIGUSR2): the other
+        ranks of its run have ended."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.proc.pid, signal.SIGUSR2)
+
     def kill(self) -> None:
         """Kill the worker's process group now (its runs die with it: parent-death signal)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
 
-    def close(self) -> None:
+    def stop_soon(self) -> None:
+        """Send the shutdown, once, without waiting (the worker sweeps what its runs left,
+        then exits at once); nothing when it cannot read one: busy (a run in flight: an
+        interrupt, a timeout), aborted or gone. :meth:`close` then waits for it."""
         with _LIVE_LOCK:
             _LIVE.discard(self)
-        # a busy worker (a run in flight: an interrupt, a timeout) cannot read a shutdown
-        if not self._busy and not _ABORTED.is_set() and self.proc.poll() is None \
-                and self.proc.stdin is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self.proc.stdin.write(encode(Shutdown()) + "\n")
-                self.proc.stdin.close()
+        if self._stopping or self._busy or _ABORTED.is_set() or self.proc.poll() is not None \
+                or self.proc.stdin is None or self.proc.stdin.closed:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.write((encode(Shutdown()) + "\n").encode())
+            self.proc.stdin.close()
+            self._stopping = True
+
+    def close(self) -> None:
+        self.stop_soon()
+        if self._stopping:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=2)
         self.kill()
@@ -199,3 +296,12 @@ class WorkerProcess:
                 if stream is not None:
                     stream.close()
         self._log.close()
+
+
+def close_all(workers: Sequence[WorkerProcess]) -> None:
+    """Stop every worker of ``workers``: all are asked to stop first, then each is waited for
+    (they exit side by side, not one after another), and whatever is left is killed."""
+    for worker in workers:
+        worker.stop_soon()
+    for worker in workers:
+        worker.close()

@@ -12,12 +12,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
-
-import torch
 
 from trainspec.conformance.run.files import FileRecord, actionable_line
 from trainspec.conformance.run.records import (
@@ -337,7 +336,8 @@ def first_difference(expected: Mapping[str, object], observed: Mapping[str, obje
 
 
 def _difference(a: object, b: object, where: str) -> str | None:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+    torch = sys.modules.get("torch")  # without torch imported, nothing is a tensor
+    if torch is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{where}: shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}"
         if torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())

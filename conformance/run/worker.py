@@ -16,31 +16,22 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import gc
 import json
 import os
-import reprlib
 import select
 import signal
 import sys
 import tempfile
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, TypeVar
+from typing import IO, TypeVar
 
-from trainspec.conformance.run.adapter import (
-    CAPABILITIES,
-    Adapter,
-    Capability,
-    DeclaresRemedies,
-    DescribesCheckpoints,
-    NamesFrameworkSources,
-    NamesRootCauses,
-    removed_capability,
-)
 from trainspec.conformance.run.child import (
     become_subreaper,
     child_main,
@@ -48,12 +39,12 @@ from trainspec.conformance.run.child import (
     set_parent_death_signal,
     sweep_children,
 )
+from trainspec.conformance.run.describe import describe_adapter, describe_files
+from trainspec.conformance.run.profiling import profiled
 from trainspec.conformance.run.protocol import (
-    JSON,
     AdapterSpec,
     Bind,
     Describe,
-    Description,
     Failure,
     Property,
     PropertyReply,
@@ -62,6 +53,7 @@ from trainspec.conformance.run.protocol import (
     Run,
     RunReply,
     Shutdown,
+    Warm,
     decode_request,
     encode,
 )
@@ -70,6 +62,14 @@ from trainspec.errors import AdapterError, HarnessError
 __all__ = ["main"]
 
 T = TypeVar("T")
+
+# ``--profile DIR``: the worker and each run's child write cProfile statistics there (a
+# benchmark's hook, run/profiling.py); empty when off
+_PROFILE_DIR: list[str] = []
+
+
+def _profile_dir() -> str | None:
+    return _PROFILE_DIR[0] if _PROFILE_DIR else None
 
 
 class Overdue(Exception):
@@ -93,15 +93,30 @@ def bounded(call: Callable[[], T], timeout_s: float, what: str) -> T:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _wait(pid: int, timeout_s: float) -> int | None:
-    """The child's wait status, or None when it is still running at the deadline."""
+# set by SIGUSR2: the harness gives up on the running child (its peers have all ended and it
+# is past their grace), which then ends as one past its bound does
+_CUT = [False]
+
+
+def _on_cut(signum: int, frame: FrameType | None) -> None:
+    _CUT[0] = True
+
+
+def _wait(pid: int, timeout_s: float, *, cuttable: bool = False) -> int | None:
+    """The child's wait status, or None when it is still running at the deadline (or, when
+    ``cuttable``, once the harness cut it short)."""
     fd = os.pidfd_open(pid)
+    deadline = time.monotonic() + max(timeout_s, 0.0)
     try:
-        ready, _, _ = select.select([fd], [], [], max(timeout_s, 0.0))
+        while True:  # in steps, to see a cut (select resumes after a signal: PEP 475)
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([fd], [], [], max(min(left, 0.1), 0.0))
+            if ready:
+                break
+            if left <= 0 or (cuttable and _CUT[0]):
+                return None
     finally:
         os.close(fd)
-    if not ready:
-        return None
     _, status = os.waitpid(pid, 0)
     return status
 
@@ -111,127 +126,31 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def describe_adapter(adapter: object) -> Description:
-    """The adapter's description, validated: the one place that checks what it says.
-
-    Raises:
-        AdapterError: a method is missing, a capability is unknown, the environment is not
-            names to version strings, or ``framework_sources()`` is not clause IDs to strings.
-        TypeError: ``capabilities()`` returned something that does not sort as names.
-    """
-    if not isinstance(adapter, Adapter):
-        lacking = [m for m in ("name", "capabilities", "environment", "run")
-                   if not hasattr(adapter, m)]
-        raise AdapterError(f"{type(adapter).__qualname__} is not an adapter: it lacks "
-                           f"{', '.join(lacking)}")
-    capabilities = _capabilities(adapter.capabilities())
-    environment = _environment(adapter.environment())
-    sources = _sources(adapter.framework_sources()) \
-        if isinstance(adapter, NamesFrameworkSources) else {}
-    return Description(name=str(adapter.name), capabilities=capabilities,
-                       environment=environment, sources=sources, **_causes(adapter))
-
-
-def _causes(adapter: object) -> dict[str, Any]:
-    """The adapter's root causes and remedies, validated (none when it names none)."""
-    from trainspec.conformance.spec import causes
-    from trainspec.conformance.spec import clauses as registry
-
-    ids = frozenset(c.id for c in registry.CLAUSES)
-    try:
-        return {"root_causes": causes.checked_causes(adapter.root_causes(), ids)
-                if isinstance(adapter, NamesRootCauses) else (),
-                "remedies": causes.checked_remedies(adapter.remedies(), ids)
-                if isinstance(adapter, DeclaresRemedies) else ()}
-    except ValueError as e:
-        raise AdapterError(str(e)) from None
-
-
-def _capabilities(declared: object) -> frozenset[Capability]:
-    # sorted: a set of mixed types or a number raises a TypeError that names the mistake
-    names = sorted(declared)  # type: ignore[call-overload]
-    unknown = sorted({str(c) for c in names} - CAPABILITIES)
-    removed = [f"{c!r} ({removed_capability(c)}: drop it)" for c in unknown
-               if removed_capability(c)]
-    if removed:
-        raise AdapterError(f"capabilities() declared {', '.join(removed)}; a capability is a "
-                           "configuration surface the trainer may lack, never a behaviour a "
-                           "clause demands")
-    if unknown:
-        hint = ""
-        if all(len(c) == 1 and c.isalpha() for c in unknown):
-            hint = (" (single letters: did capabilities() return one name as a string? "
-                    "Return a set of names, e.g. frozenset({'checkpoint', 'resume'}))")
-        raise AdapterError(f"capabilities() declared unknown names {unknown}{hint}; known: "
-                           f"{sorted(CAPABILITIES)}")
-    return frozenset(c for c in CAPABILITIES if c in names)
-
-
-def _environment(declared: object) -> dict[str, str | None]:
-    if not isinstance(declared, dict) or not all(
-            isinstance(k, str) and isinstance(v, str | None) for k, v in declared.items()):
-        raise AdapterError(f"environment() returned {reprlib.repr(declared)}; expected a dict "
-                           "of names to version strings or None (reports hold it as JSON), "
-                           "e.g. {'framework': 'lightning 2.4.0'}")
-    return dict(declared)
-
-
-def _sources(declared: object) -> dict[str, str]:
-    from trainspec.conformance.spec import clauses as registry
-
-    if not isinstance(declared, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in declared.items()):
-        raise AdapterError(f"framework_sources() returned {reprlib.repr(declared)}; expected "
-                           "a dict of clause IDs to one-line source pointers, e.g. {'NAN-1': "
-                           "'pkg/callbacks.py, EarlyStopping.check: NaN compares False'}")
-    unknown = sorted(set(declared) - {c.id for c in registry.CLAUSES})
-    if unknown:
-        raise AdapterError(f"framework_sources() names unknown clauses {unknown}; expected "
-                           "clause IDs such as 'NAN-1' (trainspec list prints them)")
-    return dict(declared)
-
-
-def describe_files(adapter: object, root: Path) -> tuple[JSON, ...]:
-    """The adapter's description of the files a run left (the seed's names by default).
-
-    Raises:
-        TypeError: the description is not JSON (it crosses a process boundary as JSON).
-    """
-    from trainspec.conformance.run.files import FileRecord, describe_seed_files
-
-    entries: Sequence[object] = (
-        adapter.describe_checkpoints(root) if isinstance(adapter, DescribesCheckpoints)
-        else describe_seed_files(root))
-    out = []
-    for entry in entries:
-        # a FileRecord, or a JSON description validated field by field
-        record = entry if isinstance(entry, FileRecord) else FileRecord.from_json(entry)
-        out.append(record.to_json())
-    json.dumps(out)  # JSON or nothing
-    return tuple(out)
-
-
 def _run_child(request: Run | Property, adapter: object) -> RunReply:
     """Fork a child for ``request``, wait for it within the bound, and say how it ended."""
     sys.stdout.flush()
     sys.stderr.flush()
     before = children()  # a daemon the adapter started at import stays; a run's strays go
+    _CUT[0] = False
+    started = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the worker's loop
         code = 1
         try:
             os.setpgid(0, 0)
             set_parent_death_signal()
+            signal.signal(signal.SIGUSR2, signal.SIG_DFL)  # the worker's, not the run's
             # temporary folders of the run (a property run's, the trainer's) go under its job
             # folder, inside the harness's scratch root: removed with it whatever happens
             tempfile.tempdir = request.job_dir
             # the child reads the request's JSON (child.py owns that side)
-            code = child_main(request.to_json(), adapter)
+            with profiled(_profile_dir(), f"child-{request.to_json()['op']}"):
+                code = child_main(request.to_json(), adapter)
         finally:
             os._exit(code)
-    status = _wait(pid, request.timeout_s)
+    status = _wait(pid, request.timeout_s, cuttable=True)
     if status is None:
-        reply = _timed_out(pid, request)
+        reply = _timed_out(pid, request, time.monotonic() - started)
         sweep_children(keep=before)
         return reply
     _kill_group(pid)  # grandchildren (loader workers, launchers) go with it
@@ -241,8 +160,9 @@ def _run_child(request: Run | Property, adapter: object) -> RunReply:
     return RunReply(status="exited", code=os.WEXITSTATUS(status))
 
 
-def _timed_out(pid: int, request: Run | Property) -> RunReply:
-    """A child past its bound: dump every thread's stack into its log, then kill its group."""
+def _timed_out(pid: int, request: Run | Property, ran_s: float) -> RunReply:
+    """A child past its bound (or cut short): dump every thread's stack into its log, then
+    kill its group."""
     rank = request.rank if isinstance(request, Run) else 0
     log_path = Path(request.job_dir) / f"rank{rank}.log"
     offset = log_path.stat().st_size if log_path.exists() else 0
@@ -258,6 +178,10 @@ def _timed_out(pid: int, request: Run | Property) -> RunReply:
     if status is None:
         os.waitpid(pid, 0)
     _kill_group(pid)
+    if _CUT[0]:
+        return RunReply(status="timeout", stack=stack, timeout_s=round(ran_s, 1), error=(
+            f"still running after {ran_s:.1f} s, when every other rank had ended "
+            f"(the bound was {request.timeout_s:g} s)"))
     return RunReply(status="timeout", stack=stack, timeout_s=request.timeout_s)
 
 
@@ -277,6 +201,9 @@ def _run(request: Run, adapter: object) -> RunReply:
 
 
 def _property(request: Property, adapter: object) -> PropertyReply:
+    from trainspec.conformance.run.adapter import load_object
+
+    load_object(request.runner)  # its imports (hypothesis) paid once here, not in every child
     reply = _run_child(request, adapter)
     out = Path(request.job_dir) / "property.json"
     if reply.status == "exited" and reply.code == 0 and out.exists():
@@ -326,10 +253,17 @@ def _answer(request: Describe | Run | Property, adapter: object) -> Reply:
 
 
 def _serve(proto: IO[str]) -> None:
-    """Bind (the first request), then answer every request until shutdown or end of input."""
+    """Bind (the first request), then answer every request until shutdown or end of input.
+
+    The adapter describes itself once, when it is bound: what its ``environment()`` imports
+    (a framework) is then paid once in every worker, not in every run's child, and a
+    ``describe`` request gets that description.
+    """
     adapter: object = None
-    broken: Failure | None = Failure(error="HarnessError: the worker was never bound to an "
-                                     "adapter (the harness sends bind first)")
+    unbound = Failure(error="HarnessError: the worker was never bound to an adapter (the "
+                      "harness sends bind first)")
+    broken: Failure | None = unbound
+    described: Reply = unbound
     for line in sys.stdin:
         try:
             request = decode_request(line)
@@ -343,22 +277,53 @@ def _serve(proto: IO[str]) -> None:
                     adapter, broken = _bind(request.adapter), None
                 except (Exception, SystemExit) as e:  # an adapter module may sys.exit
                     broken = _failure(e)
+                described = broken if broken is not None else _answer(Describe(), adapter)
+                _warm(request.warm if broken is None else ())
                 continue
-            reply = broken if broken is not None else _answer(request, adapter)
+            if isinstance(request, Warm):  # no reply either
+                _warm(request.modules if broken is None else ())
+                continue
+            if isinstance(request, Describe):
+                reply = described
+            else:
+                reply = broken if broken is not None else _answer(request, adapter)
         proto.write(encode(reply) + "\n")
         proto.flush()
 
 
-def main() -> None:
+def _warm(modules: Sequence[str]) -> None:
+    """Import ``modules`` ahead of the runs that need them (a run needing one that does not
+    import says so itself), then freeze what the worker holds: never collected, forks stay
+    light."""
+    for module in modules:
+        with contextlib.suppress(Exception):
+            __import__(module)
+    gc.freeze()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--profile"] and len(args) > 1:
+        _PROFILE_DIR[:] = [args[1]]
+    with profiled(_profile_dir(), "worker"):
+        _main()
+    # served and swept: exit now, without tearing down torch's modules one by one
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _main() -> None:
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # prints from imported code land on stderr, never in the protocol
     sys.stdout = sys.stderr
     warnings.simplefilter("ignore")  # the trainer's warnings are not the worker's business
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides when workers stop
+    signal.signal(signal.SIGUSR2, _on_cut)
     # a worker that stops answering (a hang in the adapter's import) shows where it is stuck
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     become_subreaper()  # what a run or the adapter leaves behind is swept, not orphaned
     _warm_up()
+    gc.freeze()
     proto.write(encode(Ready(pid=os.getpid())) + "\n")
     proto.flush()
     try:

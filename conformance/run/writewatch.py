@@ -66,6 +66,11 @@ class WriteWatch:
         return full if full == self.root or full.startswith(self.root + os.sep) else None
 
     @property
+    def epoch(self) -> int | None:
+        """The epoch whose writes these are (its train_start seen), or None before."""
+        return self._epoch
+
+    @property
     def armed(self) -> bool:
         return self._crash is not None and self._epoch == self._crash.epoch
 
@@ -151,9 +156,10 @@ class WriteWatch:
 
     # --------------------------------------------------------------------------- install
 
-    def install(self, slow_writes_s: float = 0.0, rank: int = 0) -> None:
-        """Hook the audit events and ``torch.save`` (rank 0 pauses ``slow_writes_s`` before
-        each save into the folder: DIST-4)."""
+    def install(self, slow_writes_s: float = 0.0,
+                slows: Callable[[], bool] = lambda: False) -> None:
+        """Hook the audit events and ``torch.save`` (where ``slows()`` says so, a save into
+        the folder pauses ``slow_writes_s`` first: DIST-4)."""
         import torch
 
         sys.addaudithook(self.on_audit)
@@ -163,7 +169,7 @@ class WriteWatch:
             target = self.inside(getattr(f, "name", None) if hasattr(f, "write") else f)
             if target:
                 self._record(Write(path=target, via="torch.save", t=time.time()))
-                if slow_writes_s and rank == 0:
+                if slow_writes_s and slows():
                     time.sleep(slow_writes_s)
             original(obj, f, *args, **kwargs)
             if self.armed and hasattr(f, "flush"):

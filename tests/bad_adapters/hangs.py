@@ -20,3 +20,13 @@ class HangsInRun(ShellAdapter):
 
     def run(self, scenario: Scenario, ctx: RunContext) -> None:
         wait_for_a_trainer_that_never_comes()
+
+
+class RankZeroWaitsAlone(ShellAdapter):
+    """Rank 1 ends at once; rank 0 never does, as a rank left waiting in a collective."""
+
+    name = "rank 0 waits alone"
+
+    def run(self, scenario: Scenario, ctx: RunContext) -> None:
+        if ctx.rank == 0:
+            wait_for_a_trainer_that_never_comes()

@@ -1,0 +1,35 @@
+"""The benchmarks' profiling hook: every process of a run writes its cProfile statistics.
+
+Off unless asked for: ``TRAINSPEC_PROFILE_DIR=DIR trainspec check ...`` (read by the command
+line) makes the suite's process, each worker and each run's child write ``LABEL-PID.prof``
+(cProfile, wall-clock) and ``LABEL-PID.cpu`` (the process's own CPU seconds) into ``DIR``;
+docs/profile-notes.md reads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["profiled"]
+
+
+@contextlib.contextmanager
+def profiled(folder: str | Path | None, label: str) -> Iterator[None]:
+    """Profile the block into ``folder`` as ``LABEL-PID``; nothing when ``folder`` is None."""
+    if folder is None:
+        yield
+        return
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        yield
+    finally:
+        profiler.disable()
+        name = Path(folder) / f"{label}-{os.getpid()}"
+        profiler.dump_stats(f"{name}.prof")
+        cpu = os.times()  # this process's own CPU seconds (cProfile's clock is wall time)
+        Path(f"{name}.cpu").write_text(f"{cpu.user + cpu.system:.3f}\n")

@@ -1,0 +1,302 @@
+"""A world: one worker process per rank, bound to one adapter and reused for every run.
+
+Imports are paid once per worker; each run is a fork. A world speaks the typed requests and
+replies of :mod:`trainspec.conformance.run.protocol`, and a run's reply brings the files the run
+left. A multi-rank run gets the torchrun environment (``MASTER_ADDR``, ``MASTER_PORT``,
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``); its rendezvous store is hosted here, as torchrun's
+agent does (``TORCHELASTIC_USE_AGENT_STORE``), on a port the OS picks, so ranks never race to
+bind it and parallel suites never collide. Every run has a bound: a rank past it is reported as
+``timeout`` with its stack, and no process outlives :meth:`World.close`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import select
+import signal
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from trainspec.conformance.run.files import FileRecord
+from trainspec.conformance.run.protocol import (
+    AdapterSpec,
+    Describe,
+    Description,
+    Failure,
+    InvalidDescription,
+    Property,
+    PropertyOutcome,
+    PropertyReply,
+    Reply,
+    Run,
+    RunReply,
+    as_run_reply,
+)
+from trainspec.conformance.run.records import RunError
+from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.run.session import (
+    MIN_FREE_RUN_B,
+    WorkerProcess,
+    close_all,
+    require_disk,
+)
+from trainspec.conformance.run.trace import (
+    RankTrace,
+    RunStatus,
+    Trace,
+    parse_rank,
+    read_records,
+)
+from trainspec.errors import AdapterError, HarnessError
+
+__all__ = ["World"]
+
+# job folders are numbered across every world of the process: worlds of several adapters and
+# sizes share one scratch folder
+_JOBS = itertools.count()
+
+_REPLY_MARGIN_S = 15.0  # the worker bounds its child; this covers the stack dump and the kill
+# the adapter's import and self-description get --timeout and this much more: a framework's
+# import alone takes seconds (Lightning ~5 s), which a tight --timeout for runs does not budget
+_IMPORT_MARGIN_S = 10.0
+
+
+def _grace_s(scenario: Scenario) -> float | None:
+    """How long the ranks of a multi-rank run may go on once one has ended: twice the bound
+    on its collectives and 10 s more (a rank that honours the bound errors within it; one
+    finishing its own work, rank 0 writing its last files, has the rest); None for one rank
+    or no bound."""
+    if scenario.world_size < 2:
+        return None
+    try:
+        bound = float(scenario.get("ddp.timeout_s"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return 2 * bound + 10.0
+
+
+class World:
+    """``size`` workers, one per rank, bound to one adapter and reused across runs.
+
+    The workers are the first ``size`` of ``slots``, a list the harness shares between the
+    worlds of one adapter: runs happen one at a time, so the single-rank world's worker is
+    also rank 0 of a multi-rank world, which then starts N - 1 processes rather than N
+    (workers of one adapter are interchangeable: each run names its rank). ``spawn`` starts a
+    worker (the harness may hand over one it started ahead of need).
+    """
+
+    def __init__(self, size: int, root: Path, adapter: AdapterSpec, *, fresh: bool = False,
+                 spawn: Callable[[Path], WorkerProcess] | None = None,
+                 slots: list[WorkerProcess] | None = None) -> None:
+        self.size, self.root, self.adapter, self.fresh = size, root, adapter, fresh
+        self._spawn = spawn or self._new_worker
+        self.slots: list[WorkerProcess] = [] if slots is None else slots
+        self._runs = 0
+        self._start()
+
+    @property
+    def workers(self) -> list[WorkerProcess]:
+        """This world's workers, rank by rank."""
+        return self.slots[: self.size]
+
+    def _start(self) -> None:
+        logs = self.root / "workers"
+        logs.mkdir(parents=True, exist_ok=True)
+        stamp = time.monotonic_ns()
+        while len(self.slots) < self.size:
+            worker = self._spawn(logs / f"w{self.size}-{len(self.slots)}-{stamp}.log")
+            worker.bind(self.adapter)
+            self.slots.append(worker)
+
+    def _new_worker(self, log_path: Path) -> WorkerProcess:
+        return WorkerProcess(log_path)
+
+    def restart(self) -> None:
+        """New workers in this world's slots (a world sharing them gets them too)."""
+        close_all(self.workers)
+        logs, stamp = self.root / "workers", time.monotonic_ns()
+        for i in range(self.size):
+            self.slots[i] = WorkerProcess(logs / f"w{self.size}-{i}-{stamp}.log")
+            self.slots[i].bind(self.adapter)
+
+    def describe(self, timeout_s: float = 60.0) -> Description:
+        """What the adapter says of itself (validated in the worker); its import and
+        description are bounded by ``timeout_s`` (plus a margin for a framework's import).
+
+        Raises:
+            AdapterError: the adapter could not be imported, built or described within the
+                bound, or described itself wrongly; the message names the adapter.
+        """
+        worker = self.workers[0]
+        bound_s = timeout_s + _IMPORT_MARGIN_S
+        try:
+            worker.send(Describe())
+            reply = worker.receive(bound_s)
+        except HarnessError as e:  # the worker runs only the adapter's code after its start
+            raise AdapterError(self._unanswered(worker, bound_s, str(e))) from None
+        if isinstance(reply, Failure) and reply.kind == "invalid":
+            raise InvalidDescription(reply.error)
+        if isinstance(reply, Failure):
+            raise AdapterError(f"{self.adapter.factory}: {reply.error}\n{reply.traceback}")
+        if not isinstance(reply, Description):
+            raise HarnessError(f"{self.adapter.factory}: expected a description, got {reply}")
+        return reply
+
+    def _unanswered(self, worker: WorkerProcess, bound_s: float, error: str) -> str:
+        factory = self.adapter.factory
+        if "did not answer" not in error:  # it ended: os._exit, sys.exit, closed its pipes
+            return (f"{factory}: the worker died while importing, building or describing the "
+                    f"adapter ({error.partition(';')[0]}); an adapter module must import, and "
+                    f"its factory return, without ending the process or closing its file "
+                    f"descriptors.\n{worker.log_tail()}")
+        stack = worker.dump_stacks()
+        self.close()
+        return (f"{factory}: importing, building or describing the adapter did not finish "
+                f"within {bound_s:g} s (--timeout plus {_IMPORT_MARGIN_S:g} s for imports): "
+                f"the module must import, and capabilities() and environment() return, "
+                f"within it; where it was stuck is below.\n{stack}")
+
+    def run(self, scenario: Scenario, *, ckpt_root: Path, timeout_s: float,
+            preload: Sequence[str] = ()) -> Trace:
+        """One run of ``scenario`` on every rank; rank 0's reply lists the files it left."""
+        if scenario.world_size != self.size:
+            raise HarnessError(f"scenario {scenario.name!r} needs {scenario.world_size} ranks, "
+                               f"this world has {self.size}")
+        if self.fresh and self._runs:
+            self.restart()  # fresh-process mode: nothing of an earlier run can leak into this one
+        self._runs += 1
+        job_dir = self.root / f"job{next(_JOBS)}-{scenario.name}"[:120]
+        job_dir.mkdir(parents=True)
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        store, env = self._rendezvous()
+        try:
+            for rank, worker in enumerate(self.workers):
+                rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)} if env else {}
+                worker.send(Run(scenario=scenario.to_json(), rank=rank, job_dir=str(job_dir),
+                                ckpt_root=str(ckpt_root), timeout_s=timeout_s, env=rank_env,
+                                # rank 0 writes the checkpoints (a rank > 0 that writes is
+                                # DIST-4's finding, from the write watch): when its child has
+                                # ended, its worker describes what the run left
+                                preload=tuple(preload), describe_files=rank == 0))
+            # rank 0's worker then describes the files, bounded by timeout_s too
+            replies = self._collect(2 * timeout_s, _grace_s(scenario))
+        finally:
+            del store
+        duration = time.monotonic() - started
+        if any(r.status != "exited" or r.code != 0 for r in replies):
+            require_disk(self.root, MIN_FREE_RUN_B, during=scenario.name)
+        ranks = tuple(self._rank_trace(rank, job_dir, reply) for rank, reply in
+                      enumerate(replies))
+        return Trace(scenario_name=scenario.name, ranks=ranks, files=self._files(replies[0]),
+                     duration_s=duration)
+
+    def _rendezvous(self) -> tuple[object, dict[str, str]]:
+        """A store hosted here for a multi-rank run (torchrun's agent store), and its env."""
+        if self.size == 1:
+            return None, {}
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+        store = TCPStore("127.0.0.1", 0, world_size=self.size, is_master=True,
+                         wait_for_workers=False)
+        return store, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
+                       "WORLD_SIZE": str(self.size), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+
+    def _files(self, reply: RunReply) -> tuple[FileRecord, ...]:
+        if reply.files_error:
+            raise HarnessError(f"{self.adapter.factory}: describing the checkpoint files "
+                               f"failed: {reply.files_error}")
+        return tuple(FileRecord.from_json(entry) for entry in reply.files or ())
+
+    def run_property(self, name: str, *, runner: str, max_examples: int,
+                     timeout_s: float) -> PropertyOutcome:
+        """A hypothesis property run next to the trainer in one bounded child (one rank)."""
+        job_dir = self.root / f"job{next(_JOBS)}-property-{name}"
+        job_dir.mkdir(parents=True)
+        worker = self.workers[0]
+        worker.send(Property(name=name, runner=runner, max_examples=max_examples,
+                             job_dir=str(job_dir), timeout_s=timeout_s))
+        reply = self._collect_one(worker, timeout_s)
+        if isinstance(reply, PropertyReply) and reply.result is not None:
+            return PropertyOutcome.from_json(reply.result)
+        run = reply.run if isinstance(reply, PropertyReply) else as_run_reply(reply)
+        log = job_dir / "rank0.log"
+        tail = log.read_text(errors="replace")[-6000:] if log.exists() else ""
+        return PropertyOutcome(verdict="broke", status=run.status, detail=run.stack or tail,
+                               error=run.error or f"the property run {run.status}")
+
+    def _collect_one(self, worker: WorkerProcess, timeout_s: float) -> Reply:
+        try:
+            return worker.receive(timeout_s + _REPLY_MARGIN_S)
+        except HarnessError as e:
+            self.restart()
+            return RunReply.lost(str(e))
+
+    def _collect(self, timeout_s: float, grace_s: float | None = None) -> list[RunReply]:
+        """Every rank's reply, as each comes, within ``timeout_s`` (plus a margin).
+
+        ``grace_s``: once a rank's run has ended, the ranks still running get this long to
+        end too; past it they are cut short, each as a run past its bound (a rank left alone
+        in a collective that its peers will never enter has nothing more to show).
+        """
+        bound_s = timeout_s + _REPLY_MARGIN_S
+        pending = dict(enumerate(self.workers))
+        replies: dict[int, RunReply] = {}
+        broken: list[str] = []  # a worker died or stopped answering: the world restarts
+        deadline = time.monotonic() + bound_s
+        cut_at, cut = float("inf"), False
+        while pending and time.monotonic() < deadline:
+            here = [rank for rank, worker in pending.items() if worker.has_reply()]
+            if not here:
+                until = min(deadline, cut_at) - time.monotonic()
+                select.select([w.fileno() for w in pending.values()], [], [], max(until, 0.0))
+            for rank in here:
+                try:
+                    replies[rank] = as_run_reply(pending.pop(rank).receive(0.0))
+                except HarnessError as e:
+                    broken.append(str(e))
+                    replies[rank] = RunReply.lost(str(e))
+                if grace_s is not None and not cut:
+                    cut_at = min(cut_at, time.monotonic() + grace_s)
+            if pending and not cut and time.monotonic() >= cut_at:
+                for worker in pending.values():  # their replies come as from a bound
+                    worker.cut()
+                cut, cut_at = True, float("inf")
+        for rank, worker in pending.items():
+            broken.append(f"worker {worker.proc.pid} did not answer within {bound_s:.0f} s; "
+                          f"its log: {worker.log_tail()}")
+            replies[rank] = RunReply.lost(broken[-1])
+        if broken:
+            self.restart()
+        return [replies[rank] for rank in range(len(self.workers))]
+
+    @staticmethod
+    def _rank_trace(rank: int, job_dir: Path, reply: RunReply) -> RankTrace:
+        records = read_records(job_dir / f"rank{rank}.events.jsonl")
+        kind = reply.status
+        status: RunStatus
+        error = detail = ""
+        errors = [e for e in records if isinstance(e, RunError)]
+        if kind == "timeout":
+            status, error = "timeout", reply.error or f"still running after {reply.timeout_s} s"
+            detail = reply.stack
+        elif kind == "killed":
+            status, error = "killed", f"killed by {signal.Signals(reply.signal or 0).name}"
+        elif kind == "exited" and reply.code == 0:
+            status = "completed"
+        elif kind == "exited" and errors:
+            status = "raised"
+            error = f"{errors[-1].type}: {errors[-1].message}".splitlines()[0][:300]
+            detail = errors[-1].traceback
+        elif kind == "exited":
+            status, error = "exited", f"exited with status {reply.code}"
+        else:
+            status, error = "lost", reply.error
+            detail = reply.traceback
+        return parse_rank(rank, records, status, error, detail)
+
+    def close(self) -> None:
+        """Stop every worker of the slots (a world closes with the others of its adapter)."""
+        close_all(self.slots)
+        self.slots.clear()
