@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import json
 import os
 import signal
 import sys
@@ -193,8 +192,8 @@ def _add_matrix_command(sub: argparse._SubParsersAction[_Parser]) -> None:
     matrix.add_argument("--out", type=Path, default=Path("trainspec-matrix"), metavar="DIR",
                         help="output folder (default: trainspec-matrix)")
     matrix.add_argument("--targets", metavar="NAMES",
-                        help="comma-separated built-in targets (default: all of "
-                        "reference, lightning, hf, ignite, keras that are installed)")
+                        help="comma-separated built-in targets (default: every built-in "
+                        "target whose framework is installed)")
     _add_options(matrix, [option(k) for k in ("clauses", "world_size", "timeout_s",
                                               "workers", "profile")])
     matrix.add_argument("--compare", type=Path, metavar="MATRIX_JSON",
@@ -359,18 +358,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     from trainspec.conformance.report.text import format_summary
 
     registry.select(args.clauses)  # a bad --clauses fails before any worker starts
-    published = None
-    if args.compare is not None:  # read before the run: a bad file fails in a second
-        try:
-            with args.compare.open("rb") as f:  # bounded: an endless file is refused
-                data = f.read(_MAX_MATRIX_B + 1)
-            if len(data) > _MAX_MATRIX_B:
-                raise ValueError(f"larger than {_MAX_MATRIX_B // 2**20} MiB")
-            raw = json.loads(data.decode("utf-8"))
-        except (OSError, ValueError, RecursionError) as e:
-            raise UsageError(f"--compare {args.compare}: cannot read it as JSON ({e}); expected "
-                             "a matrix.json written by `trainspec matrix`") from None
-        published = matrices.from_json(raw, source=f"--compare {args.compare}")
+    # read before the run: a bad file fails in a second
+    published = None if args.compare is None else matrices.read_published(args.compare)
     names = None if args.targets is None else [
         n.strip() for n in args.targets.split(",") if n.strip()]
     result = api.check_matrix(
@@ -398,9 +387,6 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
             return 1
         print(f"same verdicts as {args.compare}")
     return 0
-
-
-_MAX_MATRIX_B = 64 * 2**20  # a published matrix.json is a few hundred KiB
 
 
 def _silence_stdout() -> None:

@@ -174,7 +174,7 @@ def test_matrix_writes_json_and_markdown_for_the_installed_targets(
     assert "reference" in data["targets"]
     assert data["targets"]["reference"]["complete"] is True
     assert set(data["targets"]) | set(data["not_installed"]) == {
-        "reference", "lightning", "hf", "ignite", "keras"}
+        "reference", "lightning", "hf", "ignite", "keras", "poutyne", "skorch"}
     assert list(data)[-1] == "complete"
     markdown = (tmp_path / "m" / "matrix.md").read_text()
     assert "| LOOP-1 Each epoch trains once, in order | MUST | pass" in markdown

@@ -49,6 +49,7 @@ __all__ = [
     "differences",
     "from_json",
     "header_rows",
+    "read_published",
     "to_json",
     "to_markdown",
     "write",
@@ -158,6 +159,27 @@ def from_json(data: object, *, source: str = "matrix") -> ConformanceMatrix:
     return ConformanceMatrix(trainspec=str(data.get("trainspec", "?")), reports=reports,
                              not_installed={str(k): str(v) for k, v in skipped.items()},
                              remedy_runs=runs)
+
+
+_MAX_MATRIX_B = 64 * 2**20  # a published matrix.json is a few hundred KiB
+
+
+def read_published(path: Path) -> ConformanceMatrix:
+    """A published ``matrix.json`` (``--compare``), read bounded: an endless file is refused.
+
+    Raises:
+        UsageError: it cannot be read as a matrix; the message names the file.
+    """
+    try:
+        with path.open("rb") as f:
+            data = f.read(_MAX_MATRIX_B + 1)
+        if len(data) > _MAX_MATRIX_B:
+            raise ValueError(f"larger than {_MAX_MATRIX_B // 2**20} MiB")
+        raw = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise UsageError(f"--compare {path}: cannot read it as JSON ({e}); expected a "
+                         "matrix.json written by `trainspec matrix`") from None
+    return from_json(raw, source=f"--compare {path}")
 
 
 def differences(published: ConformanceMatrix, now: ConformanceMatrix) -> list[str]:

@@ -192,8 +192,7 @@ class Warm:
 
 Request = Bind | Describe | Run | Property | Shutdown | Warm
 _REQUESTS: dict[str, type[Request]] = {"bind": Bind, "describe": Describe, "run": Run,
-                                       "property": Property, "shutdown": Shutdown,
-                                       "warm": Warm}
+                                       "property": Property, "shutdown": Shutdown, "warm": Warm}
 
 
 # ----------------------------------------------------------------------------------- replies
@@ -390,7 +389,7 @@ def _decode(line: str, key: str, kinds: Mapping[str, type[Request]] | Mapping[st
 def decode_request(line: str) -> Request:
     """A request line as its type; :class:`HarnessError` when it is none of them."""
     request = _decode(line, "op", _REQUESTS)
-    assert isinstance(request, Bind | Describe | Run | Property | Shutdown | Warm)
+    assert isinstance(request, Request)
     return request
 
 
