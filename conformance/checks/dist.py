@@ -374,12 +374,17 @@ def check_a_lost_rank_fails_every_rank_in_time(ctx: CheckContext) -> str:
 
 
 def _lose_a_rank(ctx: CheckContext, how: CrashHow) -> tuple[Trace, float, float]:
-    """The last rank dies or stalls (3 x the bound) at epoch 1; the trace, when that began,
-    and the bound used. A short bound keeps the check fast; should a loaded machine make even
-    the rendezvous miss it, the scenario is staged once more with a longer one."""
+    """The last rank dies or stalls at epoch 1; the trace, when that began, and the bound used.
+
+    A short bound keeps the check fast; should a loaded machine make even the rendezvous miss
+    it, the scenario is staged once more with a longer one. A stall outlasts the window the
+    other ranks must error in (the bound and 2 s) by 1.5 s at least, so a rank that only
+    errors once the stalled rank gives up is seen as late; it ends early once every other
+    rank has ended (the harness's stall), so a stall costs what the bound costs.
+    """
     n = ctx.world_size
-    for timeout_s in (1.5, 4.0):
-        stall_s = 3 * timeout_s if how == "stall" else 0.0
+    for timeout_s in (1.0, 4.0):
+        stall_s = max(3 * timeout_s, timeout_s + 3.5) if how == "stall" else 0.0
         crash = CrashPoint(where="train_start", epoch=1, how=how, rank=n - 1, stall_s=stall_s)
         s = dist_scenario(f"dist-lost-{how}", n, tuple(((0.5, 1.0),) * n for _ in range(3)),
                           cfg={"ddp.timeout_s": timeout_s, "val.patience": None}) \

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from trainspec.conformance.run.records import Record
     from trainspec.conformance.run.scenario import CrashWhere, Scenario
 
-__all__ = ["ChildContext", "become_subreaper", "child_main", "children", "set_parent_death_signal",
-           "sweep_children"]
+__all__ = ["ChildContext", "become_subreaper", "child_main", "children", "has_ended",
+           "set_parent_death_signal", "sweep_children"]
 
 
 def _suite_dirs() -> tuple[str, ...]:
@@ -107,7 +107,7 @@ class ChildContext:
         change it. While any rank runs on, the stall goes on.
         """
         assert self._job_dir is not None
-        return all(_has_ended(self._job_dir / f"rank{r}.events.jsonl")
+        return all(has_ended(self._job_dir / f"rank{r}.events.jsonl")
                    for r in range(self._world_size) if r != self._rank)
 
     def slows_writes(self) -> bool:
@@ -134,8 +134,9 @@ class ChildContext:
 _ENDINGS = (b'"ev": "error"', b'"ev": "exit"', b'"ev": "done"')
 
 
-def _has_ended(events: Path) -> bool:
-    """Whether a rank's records file ends with how its run ended (its last whole line)."""
+def has_ended(events: Path) -> bool:
+    """Whether a rank's records file ends with how its adapter's run ended (its last whole
+    line): raised, exited or done, whether or not its process has ended yet."""
     try:
         with events.open("rb") as f:
             f.seek(max(f.seek(0, os.SEEK_END) - 65536, 0))

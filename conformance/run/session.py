@@ -178,11 +178,16 @@ class WorkerProcess:
             self._ready = True
 
     def send(self, request: Request) -> None:
+        self.wait_settled()
+        self._write(request)
+
+    def wait_settled(self) -> None:
+        """Wait until the worker has started and, after a bind with ``settle``, is bound and
+        warm (the description asked with the bind comes first)."""
         self.wait_ready()
-        if self._settling:  # the description asked with the bind comes first
+        if self._settling:
             self.receive(START_TIMEOUT_S)
             self._settling = False
-        self._write(request)
 
     def _write(self, request: Request) -> None:
         assert self.proc.stdin is not None

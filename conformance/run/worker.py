@@ -180,8 +180,9 @@ def _timed_out(pid: int, request: Run | Property, ran_s: float) -> RunReply:
     _kill_group(pid)
     if _CUT[0]:
         return RunReply(status="timeout", stack=stack, timeout_s=round(ran_s, 1), error=(
-            f"still running after {ran_s:.1f} s, when every other rank had ended "
-            f"(the bound was {request.timeout_s:g} s)"))
+            f"still running after {ran_s:.1f} s, cut short: another rank's run had ended, or "
+            f"no rank had recorded anything, long before (the bound was "
+            f"{request.timeout_s:g} s)"))
     return RunReply(status="timeout", stack=stack, timeout_s=request.timeout_s)
 
 

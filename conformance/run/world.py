@@ -15,9 +15,10 @@ import itertools
 import select
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from trainspec.conformance.run.child import has_ended
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.protocol import (
     AdapterSpec,
@@ -63,17 +64,49 @@ _IMPORT_MARGIN_S = 10.0
 
 
 def _grace_s(scenario: Scenario) -> float | None:
-    """How long the ranks of a multi-rank run may go on once one has ended: twice the bound
-    on its collectives and 10 s more (a rank that honours the bound errors within it; one
-    finishing its own work, rank 0 writing its last files, has the rest); None for one rank
-    or no bound."""
+    """How long the ranks of a multi-rank run may go on once one has ended, or while none
+    records anything: the bound on its collectives and 10 s more (a rank that honours the
+    bound errors within it; rank 0 finishing its own work, writing its last files, has the
+    rest); None for one rank or no bound."""
     if scenario.world_size < 2:
         return None
     try:
         bound = float(scenario.get("ddp.timeout_s"))
     except (KeyError, TypeError, ValueError):
         return None
-    return 2 * bound + 10.0
+    return bound + 10.0
+
+
+class _Grace:
+    """When the ranks of a multi-rank run still running have nothing more to show: ``grace_s``
+    after a rank's run ended (its reply came, or it recorded how its adapter's run ended), or
+    once no rank has recorded anything for ``grace_s``, every rank past its set-up (ranks
+    waiting on each other in collectives that never complete). Either way the ranks' records
+    hold what the checks judge; what is left is how they end."""
+
+    def __init__(self, grace_s: float, job_dir: Path) -> None:
+        self.grace_s, self.job_dir = grace_s, job_dir
+        self._ended_at: float | None = None
+        self._sizes: dict[int, int] = {}
+        self._quiet_since = time.monotonic()
+
+    def is_over(self, pending: Mapping[int, object], *, ended: bool) -> bool:
+        now = time.monotonic()
+        files = {r: self.job_dir / f"rank{r}.events.jsonl" for r in pending}
+        if self._ended_at is None and (ended or any(has_ended(f) for f in files.values())):
+            self._ended_at = now
+        sizes = {r: _size(f) for r, f in files.items()}
+        if sizes != self._sizes:
+            self._sizes, self._quiet_since = sizes, now
+        quiet = all(sizes.values()) and now - self._quiet_since >= self.grace_s
+        return quiet or (self._ended_at is not None and now - self._ended_at >= self.grace_s)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 class World:
@@ -169,6 +202,8 @@ class World:
         job_dir = self.root / f"job{next(_JOBS)}-{scenario.name}"[:120]
         job_dir.mkdir(parents=True)
         ckpt_root.mkdir(parents=True, exist_ok=True)
+        for worker in self.workers:  # every rank warm before any starts: one rendezvous
+            worker.wait_settled()
         started = time.monotonic()
         store, env = self._rendezvous()
         try:
@@ -181,7 +216,9 @@ class World:
                                 # ended, its worker describes what the run left
                                 preload=tuple(preload), describe_files=rank == 0))
             # rank 0's worker then describes the files, bounded by timeout_s too
-            replies = self._collect(2 * timeout_s, _grace_s(scenario))
+            grace_s = _grace_s(scenario)
+            replies = self._collect(2 * timeout_s,
+                                    None if grace_s is None else _Grace(grace_s, job_dir))
         finally:
             del store
         duration = time.monotonic() - started
@@ -233,23 +270,19 @@ class World:
             self.restart()
             return RunReply.lost(str(e))
 
-    def _collect(self, timeout_s: float, grace_s: float | None = None) -> list[RunReply]:
-        """Every rank's reply, as each comes, within ``timeout_s`` (plus a margin).
-
-        ``grace_s``: once a rank's run has ended, the ranks still running get this long to
-        end too; past it they are cut short, each as a run past its bound (a rank left alone
-        in a collective that its peers will never enter has nothing more to show).
-        """
+    def _collect(self, timeout_s: float, grace: _Grace | None = None) -> list[RunReply]:
+        """Every rank's reply, as each comes, within ``timeout_s`` (plus a margin); past its
+        ``grace`` (:class:`_Grace`) the ranks still running are cut short, each as a run past
+        its bound."""
         bound_s = timeout_s + _REPLY_MARGIN_S
         pending = dict(enumerate(self.workers))
         replies: dict[int, RunReply] = {}
         broken: list[str] = []  # a worker died or stopped answering: the world restarts
         deadline = time.monotonic() + bound_s
-        cut_at, cut = float("inf"), False
         while pending and time.monotonic() < deadline:
             here = [rank for rank, worker in pending.items() if worker.has_reply()]
             if not here:
-                until = min(deadline, cut_at) - time.monotonic()
+                until = min(deadline, time.monotonic() + 1.0) - time.monotonic()
                 select.select([w.fileno() for w in pending.values()], [], [], max(until, 0.0))
             for rank in here:
                 try:
@@ -257,12 +290,10 @@ class World:
                 except HarnessError as e:
                     broken.append(str(e))
                     replies[rank] = RunReply.lost(str(e))
-                if grace_s is not None and not cut:
-                    cut_at = min(cut_at, time.monotonic() + grace_s)
-            if pending and not cut and time.monotonic() >= cut_at:
+            if pending and grace is not None and grace.is_over(pending, ended=bool(replies)):
                 for worker in pending.values():  # their replies come as from a bound
                     worker.cut()
-                cut, cut_at = True, float("inf")
+                grace = None
         for rank, worker in pending.items():
             broken.append(f"worker {worker.proc.pid} did not answer within {bound_s:.0f} s; "
                           f"its log: {worker.log_tail()}")
