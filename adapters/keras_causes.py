@@ -77,6 +77,11 @@ ROOT_CAUSES: tuple[RootCause, ...] = (
               source="keras/src/backend/torch/trainer.py, TorchTrainer.fit (no signal "
                      f"handling anywhere in keras/); {_BACKUP}.on_epoch_end",
               clauses=("CKPT-5",)),
+    RootCause(summary="BackupAndRestore writes latest.weights.h5 in place through h5py, with "
+                      "no temporary file renamed into place: a kill mid-write leaves a file "
+                      "that no longer loads",
+              source=f"{_BACKUP}._save_model",
+              clauses=("CKPT-2",)),
 )
 
 # none: see the module docstring
