@@ -13,11 +13,10 @@ from pathlib import Path
 
 from trainspec.adapters import hf_causes, hf_files
 from trainspec.adapters.hf_run import Run, offline, training_arguments
-from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.spec.causes import Remedy, RootCause
-from trainspec.errors import AdapterError
 
 __all__ = ["REMEDIES", "HFTrainerAdapter", "training_arguments"]
 
@@ -47,12 +46,7 @@ class HFTrainerAdapter:
     name = "hf"
 
     def __init__(self, *remedies: str) -> None:
-        known = {r.name for r in REMEDIES}
-        unknown = sorted(set(remedies) - known)
-        if unknown:
-            raise AdapterError(f"hf adapter: unknown remedies {unknown}; expected some of "
-                               f"{sorted(known)}")
-        self.applied = frozenset(remedies)
+        self.applied = chosen_remedies("hf", remedies, REMEDIES)
 
     def capabilities(self) -> frozenset[Capability]:
         # not declared: val_every_n, start_patience, debug (see docs/frameworks/hf.md)

@@ -15,11 +15,10 @@ from trainspec.adapters import ignite_causes
 from trainspec.adapters.ignite_causes import REMEDIES
 from trainspec.adapters.ignite_files import describe_ignite_files
 from trainspec.adapters.ignite_run import IgniteRun
-from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.spec.causes import Remedy, RootCause
-from trainspec.errors import AdapterError
 
 __all__ = ["REMEDIES", "IgniteAdapter"]
 
@@ -101,12 +100,7 @@ class IgniteAdapter:
     name = "ignite"
 
     def __init__(self, *remedies: str) -> None:
-        known = {r.name for r in REMEDIES}
-        unknown = sorted(set(remedies) - known)
-        if unknown:
-            raise AdapterError(f"ignite adapter: unknown remedies {unknown}; expected some of "
-                               f"{sorted(known)}")
-        self.applied = frozenset(remedies)
+        self.applied = chosen_remedies("ignite", remedies, REMEDIES)
 
     def capabilities(self) -> frozenset[Capability]:
         # multi_rank: ignite.distributed joins the launched world (idist.initialize with the

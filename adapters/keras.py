@@ -14,11 +14,10 @@ from trainspec.adapters import keras_causes
 from trainspec.adapters.keras_causes import REMEDIES
 from trainspec.adapters.keras_files import describe_keras_files
 from trainspec.adapters.keras_run import KerasRun, keras_module
-from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.spec.causes import Remedy, RootCause
-from trainspec.errors import AdapterError
 
 __all__ = ["REMEDIES", "KerasAdapter"]
 
@@ -103,13 +102,7 @@ class KerasAdapter:
     name = "keras"
 
     def __init__(self, *remedies: str) -> None:
-        known = {r.name for r in REMEDIES}
-        unknown = sorted(set(remedies) - known)
-        if unknown:
-            raise AdapterError(f"keras adapter: unknown remedies {unknown}; it declares none "
-                               "(Keras has no documented switch, off by default, that should "
-                               "fix a failing clause)")
-        self.applied = frozenset(remedies)
+        self.applied = chosen_remedies("keras", remedies, REMEDIES)
 
     def capabilities(self) -> frozenset[Capability]:
         # not declared: multi_rank (keras.distribution has no torch backend: fit runs in one

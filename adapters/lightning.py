@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from trainspec.adapters import lightning_causes, lightning_files
 from trainspec.adapters.lightning_causes import REMEDIES
 from trainspec.adapters.lightning_module import MONITOR, TaskModule, module_class
-from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord, describe_files
 from trainspec.conformance.run.recording import (
     PendingValidation,
@@ -40,7 +40,6 @@ from trainspec.conformance.run.records import (
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.task import plain_weights, task_data
 from trainspec.conformance.spec.causes import Remedy, RootCause
-from trainspec.errors import AdapterError
 
 __all__ = ["REMEDIES", "LightningAdapter"]
 
@@ -53,12 +52,7 @@ class LightningAdapter:
     name = "lightning"
 
     def __init__(self, *remedies: str) -> None:
-        known = {r.name for r in REMEDIES}
-        unknown = sorted(set(remedies) - known)
-        if unknown:
-            raise AdapterError(f"lightning adapter: unknown remedies {unknown}; expected some "
-                               f"of {sorted(known)}")
-        self.applied = frozenset(remedies)
+        self.applied = chosen_remedies("lightning", remedies, REMEDIES)
 
     def capabilities(self) -> frozenset[Capability]:
         # not declared: start_patience (EarlyStopping cannot express it), val_first (a

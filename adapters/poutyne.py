@@ -15,11 +15,10 @@ from pathlib import Path
 from trainspec.adapters import poutyne_causes
 from trainspec.adapters.poutyne_files import describe_poutyne_files
 from trainspec.adapters.poutyne_run import PoutyneRun, poutyne_module
-from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.spec.causes import Remedy, RootCause
-from trainspec.errors import AdapterError
 
 __all__ = ["REMEDIES", "PoutyneAdapter"]
 
@@ -102,13 +101,7 @@ class PoutyneAdapter:
     name = "poutyne"
 
     def __init__(self, *remedies: str) -> None:
-        known = {r.name for r in REMEDIES}
-        unknown = sorted(set(remedies) - known)
-        if unknown:
-            raise AdapterError(f"poutyne adapter: unknown remedies {unknown}; expected some of "
-                               f"{sorted(known)} (Poutyne has no documented switch known to "
-                               "fix a failing clause)")
-        self.applied = frozenset(remedies)
+        self.applied = chosen_remedies("poutyne", remedies, REMEDIES)
 
     def capabilities(self) -> frozenset[Capability]:
         # not declared: multi_rank (Poutyne has no distributed training: Model runs one

@@ -14,11 +14,10 @@ from pathlib import Path
 from trainspec.adapters import skorch_causes
 from trainspec.adapters.skorch_files import describe_skorch_files
 from trainspec.adapters.skorch_run import SkorchRun
-from trainspec.conformance.run.adapter import Capability, RunContext
+from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.spec.causes import Remedy, RootCause
-from trainspec.errors import AdapterError
 
 __all__ = ["REMEDIES", "SkorchAdapter"]
 
@@ -89,13 +88,7 @@ class SkorchAdapter:
     name = "skorch"
 
     def __init__(self, *remedies: str) -> None:
-        known = {r.name for r in REMEDIES}
-        unknown = sorted(set(remedies) - known)
-        if unknown:
-            raise AdapterError(f"skorch adapter: unknown remedies {unknown}; expected some of "
-                               f"{sorted(known)} (skorch has no documented switch known to fix "
-                               "a failing clause)")
-        self.applied = frozenset(remedies)
+        self.applied = chosen_remedies("skorch", remedies, REMEDIES)
 
     def capabilities(self) -> frozenset[Capability]:
         # not declared (docs/frameworks/skorch.md says more): val_first (skorch validates

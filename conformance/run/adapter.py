@@ -31,6 +31,7 @@ __all__ = [
     "NamesFrameworkSources",
     "NamesRootCauses",
     "RunContext",
+    "chosen_remedies",
     "load_object",
     "removed_capability",
 ]
@@ -152,6 +153,23 @@ class DeclaresRemedies(Protocol):
     """
 
     def remedies(self) -> Sequence[Remedy]: ...
+
+
+def chosen_remedies(adapter: str, names: Sequence[str], declared: Sequence[Remedy]
+                    ) -> frozenset[str]:
+    """The remedy ``names`` an adapter's factory was given, checked against those it declares.
+
+    Raises:
+        AdapterError: a name the adapter does not declare; the message lists those it does.
+    """
+    known = sorted(r.name for r in declared)
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        expected = f"expected some of {known}" if known else (
+            "it declares none (no documented switch, off by default, known to fix a failing "
+            "clause)")
+        raise AdapterError(f"{adapter} adapter: unknown remedies {unknown}; {expected}")
+    return frozenset(names)
 
 
 def removed_capability(name: str) -> str | None:
