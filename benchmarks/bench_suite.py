@@ -31,7 +31,7 @@ __all__ = ["ARMS", "BASELINE", "ONE_CLAUSE", "ONE_CLAUSE_ARGS", "RATIO_AIMS", "T
            "SuiteCost", "SuiteRun", "measure"]
 
 # the whole check's arms: extra arguments of `trainspec check --report FILE`
-ARMS: dict[str, tuple[str, ...]] = {"1 worker": (), "-n 2": ("-n", "2")}
+ARMS: dict[str, tuple[str, ...]] = {"1 worker": ("-n", "1"), "-n 2": ("-n", "2")}
 ONE_CLAUSE = "one clause"
 ONE_CLAUSE_ARGS = ("--clauses", "LOOP-1", "--world-size", "1")
 BASELINE = "import torch"

@@ -84,13 +84,14 @@ class Plan:
 
 def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
          clauses: str | None = None, world_size: int = 2, backend: str | None = None,
-         timeout_s: float = 60.0, workers: int = 1, profile: str = "fast",
+         timeout_s: float = 60.0, workers: int | Literal["auto"] = 1, profile: str = "fast",
          fresh: bool = False, deviations: Mapping[str, str] | Path | None = None,
          docs_url: str | None = None, max_examples: int | None = None,
          deadline_s: float | None = DEFAULT_DEADLINE_S, remedies: str | None = None) -> Plan:
     """Validate a run's options once; every entry point runs from the plan this returns.
 
     ``deviations`` is a mapping of clause IDs to reasons or the path of a deviations file;
+    ``workers="auto"`` takes :func:`auto_workers` (the command line's default);
     ``max_examples`` overrides the profile's count; ``deadline_s`` bounds the whole run
     (checks not started by then come out ``timeout``; None: no bound); ``remedies``
     (comma-separated names) turns on remedies the target's adapter declares.
@@ -100,7 +101,9 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
             or the deviations file is wrong; the message names the option.
     """
     _require(world_size >= 1, f"--world-size: expected 1 or more, got {world_size}")
-    _require(workers >= 1, f"-n/--workers: expected 1 or more, got {workers}")
+    _require(workers == "auto" or (isinstance(workers, int) and workers >= 1),
+             f"-n/--workers: expected 1 or more, or auto, got {workers!r}")
+    lanes = auto_workers() if workers == "auto" else int(workers)
     _require(0 < timeout_s <= MAX_TIMEOUT_S, f"--timeout: expected more than 0 and at most "
              f"{MAX_TIMEOUT_S:g} seconds (a day per run), got {timeout_s}")
     _require(deadline_s is None or 0 < deadline_s <= MAX_DEADLINE_S,
@@ -121,10 +124,47 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
     return Plan(target=resolved, clauses=selected,
                 checks=tuple(selected_checks(selected, world_size)), world_size=world_size,
                 backend="gloo" if backend == "gloo" else "nccl" if backend == "nccl" else None,
-                timeout_s=float(timeout_s), workers=workers, profile=chosen,
+                timeout_s=float(timeout_s), workers=lanes, profile=chosen,
                 deadline_s=None if deadline_s is None else float(deadline_s),
                 max_examples=max_examples or PROFILES[chosen], fresh=fresh,
                 deviations=declared, docs_url=docs_url)
+
+
+# what one lane holds at its peak: its rank-0 worker (torch imported, warm), the other ranks of
+# a multi-rank world and the runs forked from them; measured on the reference at world size 2
+LANE_MEMORY_BYTES = 1_500_000_000
+
+
+def auto_workers() -> int:
+    """The lanes ``-n auto`` runs: one per core this process may use, bounded by memory.
+
+    The memory bound is the memory available now (``MemAvailable``; none where it cannot be
+    read) over :data:`LANE_MEMORY_BYTES`, so a machine that is short of memory runs fewer
+    lanes instead of swapping; never fewer than one.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    lanes = max(1, cores or 1)
+    available = _available_memory_bytes()
+    if available is not None:
+        lanes = min(lanes, max(1, available // LANE_MEMORY_BYTES))
+    return lanes
+
+
+def _available_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _workers(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    return _whole_number(text)
 
 
 def report_path_problem(path: Path) -> str:
@@ -216,8 +256,8 @@ def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None) -
 def check(target: str | Target | None = None, *, base_trainer: str | None = None,
           clauses: str | None = None, world_size: int = 2, timeout_s: float = 60.0,
           deviations: Mapping[str, str] | None = None,
-          on_result: Callable[[CheckResult], None] | None = None, workers: int = 1,
-          profile: Profile = "fast", fresh: bool = False,
+          on_result: Callable[[CheckResult], None] | None = None,
+          workers: int | Literal["auto"] = 1, profile: Profile = "fast", fresh: bool = False,
           backend: Backend | None = None, remedies: str | None = None) -> Report:
     """Check a trainer against every clause of the spec and return the report.
 
@@ -230,7 +270,8 @@ def check(target: str | Target | None = None, *, base_trainer: str | None = None
         timeout_s: the bound on every single run.
         deviations: clause ID -> reason, for failures the target declares.
         on_result: called with each check's result as it completes (progress display).
-        workers: families of checks run in this many parallel workers.
+        workers: families of checks run in this many parallel workers; ``"auto"``: one per
+            core, bounded by memory (:func:`auto_workers`, the command line's default).
         profile: property checks generate 60 runs each (``fast``) or 250 (``ci``).
         fresh: new worker processes for every run (isolation over speed).
         backend: collective backend of the multi-rank runs, ``"gloo"`` or ``"nccl"``;
@@ -245,8 +286,8 @@ def check(target: str | Target | None = None, *, base_trainer: str | None = None
 
 
 def check_matrix(names: list[str] | None = None, *, clauses: str | None = None,
-                 world_size: int = 2, timeout_s: float = 60.0, workers: int = 1,
-                 profile: Profile = "fast",
+                 world_size: int = 2, timeout_s: float = 60.0,
+                 workers: int | Literal["auto"] = 1, profile: Profile = "fast",
                  progress: Callable[[str], None] | None = None) -> ConformanceMatrix:
     """Check every installed built-in target (or those of ``names``) side by side; see
     :func:`trainspec.conformance.matrix_run.check_targets`."""
@@ -355,9 +396,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(key="deviations", flag="--deviations", metavar="FILE.toml", convert=Path,
            help='declared deviations: a [deviations] table of "ID" = "reason" (under pytest '
            "their checks become strict xfails)"),
-    Option(key="workers", flag="--workers", short="-n", default=1, metavar="WORKERS",
-           convert=_whole_number, in_plugin=False,
-           help="run families of checks in this many parallel workers (default 1)"),
+    Option(key="workers", flag="--workers", short="-n", default="auto", metavar="WORKERS",
+           convert=_workers, in_plugin=False,
+           help="run families of checks in this many parallel workers, or auto: one per core, "
+           "bounded by memory (default: auto; 1 runs them one after another)"),
     Option(key="profile", flag="--profile", default="fast", choices=get_args(Profile),
            help="property checks: fast (60 generated runs each, the default) or ci (250); "
            "both derandomized, so a verdict is reproducible"),
@@ -367,6 +409,12 @@ OPTIONS: tuple[Option, ...] = (
            help="comma-separated remedies the target's adapter declares (documented "
            "non-default framework switches), turned on for this run; the report lists them"),
 )
+
+
+def _workers_value(got: object) -> int | Literal["auto"]:
+    if got == "auto":
+        return "auto"
+    return int(str(got))
 
 
 def option(key: str) -> Option:
@@ -388,7 +436,7 @@ def plan_from(value: Callable[[Option], object], *, docs_url: str | None = None)
     deviations = value(option("deviations"))
     return plan(text("target"), base_trainer=text("base_trainer"), clauses=text("clauses"),
                 world_size=int(number("world_size")), backend=text("backend"),
-                timeout_s=number("timeout_s"), workers=int(number("workers")),
+                timeout_s=number("timeout_s"), workers=_workers_value(value(option("workers"))),
                 deadline_s=number("deadline_s"),
                 profile=text("profile") or "fast", fresh=value(option("fresh")) is True,
                 deviations=None if deviations is None else Path(str(deviations)),

@@ -53,7 +53,7 @@ def _importable(module: str) -> bool:
 
 
 def check_targets(names: Sequence[str] | None = None, *, clauses: str | None = None,
-                  world_size: int = 2, timeout_s: float = 60.0, workers: int = 1,
+                  world_size: int = 2, timeout_s: float = 60.0, workers: int | Literal["auto"] = 1,
                   profile: Literal["fast", "ci"] = "fast",
                   progress: Callable[[str], None] | None = None) -> ConformanceMatrix:
     """Check every built-in target (or those of ``names``) whose adapter and framework are

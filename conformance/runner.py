@@ -118,12 +118,13 @@ def run(plan: Plan, *, on_result: Callable[[CheckResult], None] | None = None,
         done = state.results()
         rest = [_not_run(s, "error", "the check was interrupted (SIGINT or SIGTERM)")
                 for s in specs if s.name not in {r.name for r in done}]
-        raise Interrupted(_report(plan, [*done, *rest], state.described, started)) from None
+        raise Interrupted(_report(plan, [*done, *rest], state.described, started,
+                                  lanes)) from None
     finally:
         state.importing.join()
     order = {spec.name: i for i, spec in enumerate(specs)}
     return _report(plan, sorted(state.results(), key=lambda r: order[r.name]), state.described,
-                   started)
+                   started, lanes)
 
 
 class _Lanes:
@@ -205,10 +206,11 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _report(plan: Plan, results: Sequence[CheckResult], described: Sequence[Description],
-            started: float) -> Report:
+            started: float, lanes: int) -> Report:
     first = described[0] if described else None
     return Report(trainspec=trainspec.__version__, target=plan.target.label,
-                  environment=_environment(first.environment if first else {}),
+                  environment={**_environment(first.environment if first else {}),
+                               "workers": str(lanes)},  # the lanes that ran
                   clauses=judge_clauses(results, plan.clauses, plan.deviations, plan.world_size,
                                         sources=first.sources if first else None,
                                         docs_url=plan.docs_url),

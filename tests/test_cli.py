@@ -200,7 +200,7 @@ def test_check_end_to_end_on_the_reference_writes_conformant_reports(tmp_path: P
                           timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"^\[\s*1/\d+\] passed  check_loop_", done.stderr, re.MULTILINE)
-    assert re.search(r"conformant: yes; [\d.]+ s$", done.stdout.rstrip())
+    assert re.search(r"conformant: yes; [\d.]+ s on \d+ workers?$", done.stdout.rstrip())
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["conformant"] is True
     assert report["complete"] is True
@@ -265,7 +265,8 @@ def test_an_interrupted_run_writes_the_reports_of_what_it_did_and_exits_143(
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"world_size": 0}, "--world-size: expected 1 or more, got 0"),
-    ({"workers": 0}, "-n/--workers: expected 1 or more, got 0"),
+    ({"workers": 0}, "-n/--workers: expected 1 or more, or auto, got 0"),
+    ({"workers": "many"}, "-n/--workers: expected 1 or more, or auto, got 'many'"),
     ({"timeout_s": 0.0}, "--timeout: expected more than 0 and at most 86400 seconds"),
     ({"timeout_s": 1e10}, "--timeout: expected more than 0 and at most 86400 seconds"),
     ({"deadline_s": 0.0}, "--deadline: expected more than 0 and at most 604800 seconds"),
@@ -292,3 +293,42 @@ def test_one_plan_validates_and_selects_once() -> None:
     assert all("LOOP-1" in c.clauses and not c.multi_rank for c in plan.checks)
     assert (plan.backend, plan.max_examples) == ("gloo", api.PROFILES["ci"])
     assert plan.deviations == {"LOOP-1": "known"}
+
+
+def test_check_without_n_runs_one_lane_per_core_bounded_by_memory(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[api.Plan] = []
+    monkeypatch.setattr(api, "run", fake_run(fake_report(), calls))
+    monkeypatch.setattr(api, "auto_workers", lambda: 5)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert main(["check", "--clauses", "LOOP-1"]) == 0
+    assert main(["check", "--clauses", "LOOP-1", "-n", "auto"]) == 0
+    assert main(["check", "--clauses", "LOOP-1", "-n", "1"]) == 0
+    assert [plan.workers for plan in calls] == [5, 5, 1]
+    capsys.readouterr()
+
+
+def test_auto_workers_is_the_usable_cores_unless_memory_is_short(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    monkeypatch.setattr(api, "_available_memory_bytes", lambda: 64 * api.LANE_MEMORY_BYTES)
+    assert api.auto_workers() == 4
+    monkeypatch.setattr(api, "_available_memory_bytes", lambda: 2 * api.LANE_MEMORY_BYTES + 1)
+    assert api.auto_workers() == 2
+    monkeypatch.setattr(api, "_available_memory_bytes", lambda: api.LANE_MEMORY_BYTES // 2)
+    assert api.auto_workers() == 1  # never fewer than one
+    monkeypatch.setattr(api, "_available_memory_bytes", lambda: None)
+    assert api.auto_workers() == 4
+
+
+def test_the_summary_line_names_the_lanes_that_ran() -> None:
+    from dataclasses import replace
+
+    from trainspec.conformance.report.text import format_summary
+
+    report = fake_report()
+    assert format_summary(report).endswith("conformant: yes; 1.0 s")
+    two = replace(report, environment={**report.environment, "workers": "2"})
+    assert format_summary(two).endswith("conformant: yes; 1.0 s on 2 workers")
+    one = replace(report, environment={**report.environment, "workers": "1"})
+    assert format_summary(one).endswith("1.0 s on 1 worker")

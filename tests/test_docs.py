@@ -169,7 +169,8 @@ def _shown_output(guide: str) -> list[str]:
 
 
 def _normalized(output: str) -> list[str]:
-    return [re.sub(r"; [\d.]+ s$", "; N s", line.rstrip()) for line in output.splitlines()]
+    return [re.sub(r"; [\d.]+ s( on \d+ workers?)?$", "; N s", line.rstrip())
+            for line in output.splitlines()]
 
 
 @pytest.mark.slow

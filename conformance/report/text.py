@@ -151,7 +151,7 @@ def format_causes(report: Report) -> list[str]:
 
 
 def format_summary(report: Report) -> str:
-    """``42 clauses: 40 pass, 1 fail, 1 n/a; conformant: no; 21.3 s``."""
+    """``42 clauses: 40 pass, 1 fail, 1 n/a; conformant: no; 21.3 s on 2 workers``."""
     counts = ", ".join(f"{n} {v}" for v, n in report.summary.items() if n)
     selected = len(_shown(report))
     total = len(report.clauses)
@@ -159,7 +159,10 @@ def format_summary(report: Report) -> str:
     conformant = "yes" if report.conformant else "no"
     remedies = (f"; remedies on (not the framework's defaults): "
                 f"{', '.join(report.applied_remedies)}" if report.applied_remedies else "")
-    return f"{head}: {counts}; conformant: {conformant}; {report.duration_s:.1f} s{remedies}"
+    workers = report.environment.get("workers")
+    lanes = "" if workers is None else f" on {workers} worker{'' if workers == '1' else 's'}"
+    return (f"{head}: {counts}; conformant: {conformant}; {report.duration_s:.1f} s{lanes}"
+            f"{remedies}")
 
 
 def _shown(report: Report) -> list[ClauseResult]:
