@@ -10,17 +10,13 @@ Importing this module costs no torch: the plugin reads :data:`OPTIONS` when pyte
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import os
-import signal
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Literal, get_args
 
+from trainspec.conformance.lanes import auto_workers
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import CheckResult, Report
 from trainspec.conformance.targets import Target, resolve_target, with_remedies
@@ -38,14 +34,12 @@ __all__ = [
     "Plan",
     "Profile",
     "Report",
-    "SignalStop",
     "check",
     "check_matrix",
     "option",
     "plan",
     "plan_from",
     "replay",
-    "report_path_problem",
     "run",
 ]
 
@@ -130,102 +124,10 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
                 deviations=declared, docs_url=docs_url)
 
 
-# what one lane holds at its peak: its rank-0 worker (torch imported, warm), the other ranks of
-# a multi-rank world and the runs forked from them; measured on the reference at world size 2
-LANE_MEMORY_BYTES = 1_500_000_000
-
-
-def auto_workers() -> int:
-    """The lanes ``-n auto`` runs: one per core this process may use, bounded by memory.
-
-    The memory bound is the memory available now (``MemAvailable``; none where it cannot be
-    read) over :data:`LANE_MEMORY_BYTES`, so a machine that is short of memory runs fewer
-    lanes instead of swapping; never fewer than one.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    lanes = max(1, cores or 1)
-    available = _available_memory_bytes()
-    if available is not None:
-        lanes = min(lanes, max(1, available // LANE_MEMORY_BYTES))
-    return lanes
-
-
-def _available_memory_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def _workers(text: str) -> int | str:
     if text.strip().lower() == "auto":
         return "auto"
     return _whole_number(text)
-
-
-def report_path_problem(path: Path) -> str:
-    """Why ``path`` cannot take a report ("" when it can); creates and opens nothing new."""
-    if path.is_dir():
-        return "it is a folder"
-    if path.exists():
-        if not path.is_file() and path.resolve() not in _REPORT_DEVICES:
-            return "it is not a regular file"
-        try:
-            with path.open("ab"):  # appends nothing: the file is unchanged
-                pass
-        except OSError as e:
-            return str(e)
-        return ""
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent  # the writers create the missing folders
-    if not folder.is_dir():
-        return f"{folder} is not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the folder {folder} is not writable"
-    return ""
-
-
-_REPORT_DEVICES = {Path(os.devnull)}
-
-
-class SignalStop:
-    """SIGINT and SIGTERM raise KeyboardInterrupt once; later ones are ignored until the
-    command returns, so a second signal cannot cut the cleanup short (workers killed, the
-    ``trainspec-*`` scratch folder removed, reports written). ``is_final``: the process ends
-    with the command, so once stopped, later signals stay ignored to its very end."""
-
-    def __init__(self, *, is_final: bool = False) -> None:
-        self.signum = int(signal.SIGINT)
-        self.is_final = is_final
-        self.is_stopped = False
-
-    @contextlib.contextmanager
-    def on_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield  # signal handlers belong to the main thread
-            return
-
-        def stop(signum: int, frame: FrameType | None) -> None:
-            for s in STOP_SIGNALS:
-                signal.signal(s, signal.SIG_IGN)
-            self.signum, self.is_stopped = signum, True
-            raise KeyboardInterrupt
-
-        previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
-        try:
-            yield
-        finally:
-            if not (self.is_stopped and self.is_final):
-                for s, handler in previous.items():
-                    signal.signal(s, handler)
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _require(ok: bool, message: str) -> None:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from trainspec.conformance import api
-from trainspec.conformance.api import OPTIONS, Option, SignalStop, option
+from trainspec.conformance.api import OPTIONS, Option, option
+from trainspec.conformance.command import SignalStop, report_path_problem
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.links import DOCS_URL_ENV
 from trainspec.errors import AdapterError, ConfigError, UsageError
@@ -262,7 +263,7 @@ def _require_writable(args: argparse.Namespace) -> None:
     paths["GITHUB_STEP_SUMMARY"] = Path(summary) if summary else None
     for flag, path in paths.items():
         if path is not None:
-            problem = api.report_path_problem(Path(path))
+            problem = report_path_problem(Path(path))
             if problem:
                 raise UsageError(f"{flag} {path}: cannot write the report there ({problem}). "
                                  "Give a file path in a writable folder.")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.conformance import api
+from trainspec.conformance import api, lanes
 from trainspec.conformance.cli import main
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import CheckResult, ClauseResult, Report, Verdict
@@ -311,14 +311,14 @@ def test_check_without_n_runs_one_lane_per_core_bounded_by_memory(
 def test_auto_workers_is_the_usable_cores_unless_memory_is_short(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
-    monkeypatch.setattr(api, "_available_memory_bytes", lambda: 64 * api.LANE_MEMORY_BYTES)
-    assert api.auto_workers() == 4
-    monkeypatch.setattr(api, "_available_memory_bytes", lambda: 2 * api.LANE_MEMORY_BYTES + 1)
-    assert api.auto_workers() == 2
-    monkeypatch.setattr(api, "_available_memory_bytes", lambda: api.LANE_MEMORY_BYTES // 2)
-    assert api.auto_workers() == 1  # never fewer than one
-    monkeypatch.setattr(api, "_available_memory_bytes", lambda: None)
-    assert api.auto_workers() == 4
+    monkeypatch.setattr(lanes, "_available_memory_bytes", lambda: 64 * lanes.LANE_MEMORY_BYTES)
+    assert lanes.auto_workers() == 4
+    monkeypatch.setattr(lanes, "_available_memory_bytes", lambda: 2 * lanes.LANE_MEMORY_BYTES + 1)
+    assert lanes.auto_workers() == 2
+    monkeypatch.setattr(lanes, "_available_memory_bytes", lambda: lanes.LANE_MEMORY_BYTES // 2)
+    assert lanes.auto_workers() == 1  # never fewer than one
+    monkeypatch.setattr(lanes, "_available_memory_bytes", lambda: None)
+    assert lanes.auto_workers() == 4
 
 
 def test_the_summary_line_names_the_lanes_that_ran() -> None:
