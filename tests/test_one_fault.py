@@ -90,8 +90,11 @@ def test_capability_gates_are_per_case(harness: Harness) -> None:
     target = resolve_target("tests.seed_shape.fixed_schedule:ValidatesEveryEpoch")
     report = run_checks(target, clauses="LOOP-2,LOOP-3,PAT-4,BEST-3", world_size=1,
                         harness=harness, max_examples=20)
-    assert _verdicts(report) == {"LOOP-2": "pass", "LOOP-3": "n/a", "PAT-4": "pass",
+    assert _verdicts(report) == {"LOOP-2": "pass", "LOOP-3": "pass", "PAT-4": "pass",
                                  "BEST-3": "pass"}
+    (loop_3,) = report.clause("LOOP-3").checks
+    assert "not run: val.first still runs at num_epochs=0 (the target does not declare " \
+        "val_first)" in loop_3.evidence
     (pat_4,) = report.clause("PAT-4").checks
     assert "not run: the val.first case (the target does not declare val_first)" in \
         pat_4.evidence
