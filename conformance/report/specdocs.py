@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainspec.conformance.report.scenario_page import render_scenario_reference
 from trainspec.conformance.spec.clauses import (
     CLAUSES,
     FAMILIES,
@@ -263,9 +264,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specdocs: error: {e}", file=sys.stderr)
         return 2
     from trainspec.conformance.checks import checks_by_clause
+    from trainspec.conformance.checks.uses import flat_defaults, record_fields, scenario_uses
 
     for path in write_spec_pages(out_dir, checks=checks_by_clause(), matrix=matrix):
         print(path)
+    uses = scenario_uses()
+    page = out_dir / "scenario.md"
+    page.write_text(render_scenario_reference(flat_defaults(), uses.key_clauses,
+                                              uses.capability_checks, record_fields()),
+                    encoding="utf-8")
+    print(page)
     return 0
 
 
