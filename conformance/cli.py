@@ -356,6 +356,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
     from trainspec.conformance.report import matrix as matrices
+    from trainspec.conformance.report import matrix_files
     from trainspec.conformance.report.text import format_summary
 
     registry.select(args.clauses)  # a bad --clauses fails before any worker starts
@@ -371,7 +372,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         raise UsageError("matrix: no built-in target could be checked (not installed: "
                          + "; ".join(f"{n}: {why}" for n, why in result.not_installed.items())
                          + "). Install a framework, e.g. pip install 'trainspec[lightning]'.")
-    written = matrices.write(result, args.out)
+    written = matrix_files.write(result, args.out)
     width = max(len(n) for n in [*result.reports, *result.not_installed])
     for name, r in result.reports.items():
         print(f"{name + ':':<{width + 1}} {format_summary(r)}")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.test_matrix import _report
-from trainspec.conformance.report import json_io, matrix_html
+from trainspec.conformance.report import json_io, matrix_files, matrix_html
 from trainspec.conformance.report import matrix as matrices
 from trainspec.conformance.report.matrix_causes import RemedyRun, causes_behind
 from trainspec.conformance.run.describe import describe_adapter
@@ -157,7 +157,7 @@ def test_the_root_causes_behind_the_fails_come_above_the_clause_tables() -> None
 
 def test_remedy_runs_round_trip_through_the_matrix_json(tmp_path: Path) -> None:
     m = _matrix_with_remedies()
-    matrices.write(m, tmp_path)
+    matrix_files.write(m, tmp_path)
     again = matrices.from_json(json.loads((tmp_path / "matrix.json").read_text()))
     assert again.remedy_runs == m.remedy_runs
     assert matrices.to_markdown(again) == matrices.to_markdown(m)

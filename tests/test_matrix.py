@@ -19,7 +19,7 @@ import pytest
 from trainspec.conformance import api, matrix_run
 from trainspec.conformance.cli import main
 from trainspec.conformance.report import matrix as matrices
-from trainspec.conformance.report import matrix_html
+from trainspec.conformance.report import matrix_files, matrix_html
 from trainspec.conformance.report.specdocs import read_matrix
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import VERDICTS, CheckResult, ClauseResult, Report, Verdict
@@ -88,7 +88,7 @@ def _parse(page: str) -> _Tags:
 # ------------------------------------------------------------------------------------ JSON
 
 def test_matrix_json_reads_back_with_the_spec_pages_reader(tmp_path: Path) -> None:
-    written = matrices.write(_matrix(), tmp_path)
+    written = matrix_files.write(_matrix(), tmp_path)
     assert [p.name for p in written] == ["matrix.json", "matrix.md", "matrix.html"]
     read = read_matrix(tmp_path / "matrix.json")
     assert read is not None
@@ -101,7 +101,7 @@ def test_matrix_json_reads_back_with_the_spec_pages_reader(tmp_path: Path) -> No
 
 
 def test_matrix_json_keeps_its_shape_and_round_trips(tmp_path: Path) -> None:
-    matrices.write(_matrix(), tmp_path)
+    matrix_files.write(_matrix(), tmp_path)
     data = json.loads((tmp_path / "matrix.json").read_text(encoding="utf-8"))
     assert list(data) == ["trainspec", "targets", "not_installed", "remedy_runs", "complete"]
     again = matrices.from_json(data)
@@ -226,7 +226,7 @@ def test_matrix_command_writes_three_files_and_one_line_per_target(
     n = len(BUILTIN_TARGETS)
     assert len(lines) == n + 1  # one line per built-in target and where the files went
     assert lines[-1] == "wrote " + ", ".join(str(tmp_path / "m" / name)
-                                             for name in matrices.FILES)
+                                             for name in matrix_files.FILES)
     assert f"[1/{n}] reference: checking" in err
     assert f"[1/{n}] reference: done: 42 clauses" in err
 

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import trainspec
 from trainspec.conformance.checks.carried_out import shortfall
@@ -370,14 +370,22 @@ def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: i
         if outcome.status in ("killed", "exited"):  # the trainer's process died or quit
             raise CheckFailed(message, outcome.detail)
         raise HarnessError(message)
-    from trainspec.conformance.checks.properties import reproducer
-
     repro = reproducer(ctx.target_args, clause, dict(outcome.scenario or {}))
     raise CheckFailed(f"{outcome.evidence} [falsifying example after "
                       f"{outcome.examples} runs; reproducer in the detail]", repro)
 
 
 PROPERTY_RUNNER = "trainspec.conformance.checks.properties:run_property"
+
+
+def reproducer(target_args: str, clause: str, scenario: dict[str, Any]) -> str:
+    """A script that replays one falsifying example and raises on the same slip."""
+    return (
+        "# replay a trainspec property failure\n"
+        "from trainspec.conformance.api import replay\n\n"
+        f"scenario = {json.dumps(scenario)!r}\n"
+        f"replay({target_args}, clause={clause!r}, scenario=scenario)\n"
+    )
 
 
 class PropertyTimeout(Exception):

@@ -9,7 +9,6 @@ ready-to-run reproducer.
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import tempfile
@@ -32,7 +31,7 @@ from trainspec.conformance.run.scenario import Scenario, ScoreScript
 from trainspec.conformance.run.trace import Trace, parse_rank
 from trainspec.conformance.spec.oracle import Outcome, decide
 
-__all__ = ["PROPERTIES", "PropertySpec", "reproducer", "run_property"]
+__all__ = ["PROPERTIES", "PropertySpec", "run_property"]
 
 NONFINITE = (math.nan, math.inf, -math.inf)
 
@@ -201,13 +200,3 @@ def _with_config(evidence: str, scenario: Scenario) -> str:
     if not missing:
         return evidence
     return f"{evidence} [config: {', '.join(missing)}]"
-
-
-def reproducer(target_args: str, clause: str, scenario: dict[str, Any]) -> str:
-    """A script that replays one falsifying example and raises on the same slip."""
-    return (
-        "# replay a trainspec property failure\n"
-        "from trainspec.conformance.api import replay\n\n"
-        f"scenario = {json.dumps(scenario)!r}\n"
-        f"replay({target_args}, clause={clause!r}, scenario=scenario)\n"
-    )

@@ -40,7 +40,6 @@ from trainspec.conformance.spec.results import VERDICTS, Report, Verdict
 from trainspec.errors import UsageError
 
 __all__ = [
-    "FILES",
     "VERDICT_MEANINGS",
     "ConformanceMatrix",
     "build",
@@ -52,10 +51,8 @@ __all__ = [
     "read_published",
     "to_json",
     "to_markdown",
-    "write",
 ]
 
-FILES = ("matrix.json", "matrix.md", "matrix.html")
 
 VERDICT_MEANINGS: dict[Verdict, str] = {
     "pass": "the target meets the clause",
@@ -313,29 +310,3 @@ def clean(text: str) -> str:
     """Printable text (:func:`~trainspec.conformance.spec.printable.printable`): no terminal
     colours, other control characters escaped; XML forbids most of them."""
     return printable(text)
-
-
-# ---------------------------------------------------------------------------------- files
-
-def write(matrix: ConformanceMatrix, out_dir: str | Path) -> list[Path]:
-    """Write ``matrix.json``, ``matrix.md`` and ``matrix.html`` into ``out_dir``.
-
-    Raises:
-        UsageError: the folder cannot be created or a file cannot be written.
-    """
-    from trainspec.conformance.report.matrix_html import to_html  # it builds on this module
-
-    where = Path(out_dir)
-    texts = {"matrix.json": json.dumps(to_json(matrix), indent=2, ensure_ascii=False) + "\n",
-             "matrix.md": to_markdown(matrix), "matrix.html": to_html(matrix)}
-    written = []
-    for name in FILES:
-        path = where / name
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(texts[name], encoding="utf-8", errors="backslashreplace")
-        except OSError as e:
-            raise UsageError(f"--out {where}: cannot write {name} ({e}). Give a writable "
-                             "folder.") from None
-        written.append(path)
-    return written
