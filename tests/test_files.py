@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.harnesses import repo_harness
 from trainspec.conformance.checks import CHECKS, run_check
 from trainspec.conformance.run.files import FileRecord, describe_seed_files, seed_role
 from trainspec.conformance.run.harness import AdapterSpec, Harness
@@ -49,16 +50,8 @@ def test_describing_a_malicious_checkpoint_records_an_error_and_runs_nothing(
 
 @pytest.fixture
 def harness() -> Iterator[Harness]:
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), previous) if p)
-    try:
-        with Harness(resolve_target("reference").adapter) as h:
-            yield h
-    finally:
-        if previous is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = previous
+    with repo_harness(resolve_target("reference").adapter) as h:
+        yield h
 
 
 def test_the_checks_read_the_adapters_own_description_of_its_files(harness: Harness) -> None:

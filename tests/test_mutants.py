@@ -11,13 +11,13 @@ crash and whose fragment quotes it.
 from __future__ import annotations
 
 import importlib
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.harnesses import repo_harness
 from tests.mutants.registry import MutantOf, declarations, mutant_of
 from trainspec.conformance.checks import CHECKS, run_check
 from trainspec.conformance.run.harness import Harness
@@ -35,16 +35,8 @@ RUN_BROKE = re.compile(r"scenario '[^']*': (the run \w+)")  # how RunBroke's evi
 @pytest.fixture(scope="module")
 def harness() -> Iterator[Harness]:
     # workers import the mutants as tests.mutants.*, from the repository root
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), previous) if p)
-    try:
-        with Harness(resolve_target("reference").adapter, timeout_s=60) as h:
-            yield h
-    finally:
-        if previous is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = previous
+    with repo_harness(resolve_target("reference").adapter, timeout_s=60) as h:
+        yield h
 
 
 def run_one(harness: Harness, base_trainer: str, check_name: str) -> CheckResult:

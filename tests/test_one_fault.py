@@ -8,12 +8,12 @@ asserts the new verdicts and their evidence.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.harnesses import repo_harness
 from trainspec.conformance.report.json_io import from_json, to_json
 from trainspec.conformance.report.text import format_table, to_markdown
 from trainspec.conformance.run.harness import Harness
@@ -25,16 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def harness() -> Iterator[Harness]:
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), previous) if p)
-    try:
-        with Harness(resolve_target("reference").adapter, timeout_s=60) as h:
-            yield h
-    finally:
-        if previous is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = previous
+    with repo_harness(resolve_target("reference").adapter, timeout_s=60) as h:
+        yield h
 
 
 def _check(harness: Harness, trainer: str, clauses: str) -> Report:

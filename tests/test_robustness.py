@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from tests.bad_adapters import loud
+from tests.harnesses import repo_harness
 from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.runner import open_context, resolve_target, run_checks
 from trainspec.errors import AdapterError
@@ -363,10 +364,8 @@ def test_ctrl_c_even_twice_stops_a_check_at_once_with_one_line_and_leaves_nothin
 
 @pytest.fixture(scope="module")
 def harness() -> Iterator[Harness]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", repo_on_pythonpath())
-        with Harness(resolve_target("reference").adapter, timeout_s=30) as h:
-            yield h
+    with repo_harness(resolve_target("reference").adapter, timeout_s=30) as h:
+        yield h
 
 
 @pytest.mark.parametrize(("factory", "message"), [

@@ -8,12 +8,12 @@ must fail exactly the clauses those weak points violate, each for the reason nam
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.harnesses import repo_harness
 from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.runner import resolve_target, run_checks
 from trainspec.conformance.spec import clauses as registry
@@ -65,16 +65,8 @@ SEED_FAILS: dict[str, str] = {
 @pytest.fixture(scope="module")
 def harness() -> Iterator[Harness]:
     # workers import tests.seed_shape.* from the repository root
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), previous) if p)
-    try:
-        with Harness(resolve_target(base_trainer=CORRECT).adapter, timeout_s=60) as h:
-            yield h
-    finally:
-        if previous is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = previous
+    with repo_harness(resolve_target(base_trainer=CORRECT).adapter, timeout_s=60) as h:
+        yield h
 
 
 def _check_all(harness: Harness, base_trainer: str) -> Report:
