@@ -18,7 +18,8 @@ typed and documented, what every adapter needs:
   wrapped methods; 1-based epochs), :class:`FileLayout` (own file names, keys and epoch
   numbering), :func:`observe` and :func:`frame_locals` (decisions a trainer keeps to
   itself),
-  :class:`PendingValidation` (verdicts settled by later callbacks).
+  :class:`PendingValidation` (verdicts settled by later callbacks), :class:`HookBracket`
+  (hooks before and after a framework runner's own).
 
 Importing it imports torch; adapters run in the suite's worker processes, next to the trainer.
 """
@@ -45,6 +46,7 @@ from trainspec.conformance.run.files import (
     load_dict,
     top_level,
 )
+from trainspec.conformance.run.hooks import HookBracket
 from trainspec.conformance.run.recording import (
     FileContent,
     PendingValidation,
@@ -113,6 +115,7 @@ __all__ = [
     "FileLayout",
     "FileRecord",
     "FileSnapshot",
+    "HookBracket",
     "ItemsOnRaise",
     "NamesFrameworkSources",
     "NamesRootCauses",
