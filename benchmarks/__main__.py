@@ -25,13 +25,14 @@ from benchmarks import (
     bench_matrix,
     bench_startup,
     bench_suite,
+    bench_team,
     bench_trainer,
     bench_world,
 )
 from benchmarks.machine import describe
 from benchmarks.report import Results, earlier_run_lengths, render
 
-BENCHMARKS = ("suite", "profile", "world", "matrix", "trainer", "checkpoint")
+BENCHMARKS = ("suite", "profile", "world", "matrix", "trainer", "checkpoint", "team")
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 T = TypeVar("T")
 
@@ -146,12 +147,14 @@ def measure(args: argparse.Namespace) -> Results:
                   lambda: bench_trainer.run(quick=quick))
     checkpoint = run("checkpoint", "checkpoint cost: save_checkpoint/load_checkpoint vs "
                      "torch.save/torch.load", lambda: bench_checkpoint.run(quick=quick))
+    team = run("team", "a team's trainer: the worked adapters' checks, the trainer's time and "
+               "the suite's", lambda: bench_team.measure(repeats=1 if quick else 3))
     earlier = earlier_run_lengths(args.out.read_text()) if args.out.is_file() else {}
     return Results(
         command=_command(args), is_quick=quick, started=started, is_subset=args.is_subset,
         elapsed_s=time.perf_counter() - began, machine=machine,
         load_after=os.getloadavg()[0], suite=suite, startup=startup, breakdown=breakdown,
-        world=world, matrix=matrix, trainer=trainer,
+        world=world, matrix=matrix, trainer=trainer, team=team,
         checkpoint=None if checkpoint is None else checkpoint[0],
         save_profile=None if checkpoint is None else checkpoint[1],
         timings_s=run.timings_s, earlier=earlier)

@@ -11,6 +11,7 @@ from benchmarks.bench_checkpoint import CheckpointCost, SaveProfile
 from benchmarks.bench_matrix import MatrixCost
 from benchmarks.bench_startup import StartupCost
 from benchmarks.bench_suite import SuiteCost
+from benchmarks.bench_team import TeamCost, team_rows, team_section
 from benchmarks.bench_trainer import THREADS, TrainerCost
 from benchmarks.bench_world import WorldCost
 from benchmarks.machine import Machine
@@ -57,6 +58,7 @@ class Results:
     trainer: TrainerCost | None = None
     checkpoint: list[CheckpointCost] | None = None
     save_profile: SaveProfile | None = None
+    team: TeamCost | None = None
     timings_s: dict[str, float] = field(default_factory=dict)  # benchmark -> its seconds
     earlier: dict[str, RunLength] = field(default_factory=dict)  # the other mode's last run
 
@@ -118,6 +120,8 @@ def render(r: Results) -> str:
         lines += trainer_section(r.trainer)
     if r.checkpoint is not None:
         lines += checkpoint_section(r.checkpoint, r.save_profile)
+    if r.team is not None:
+        lines += team_section(r.team)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -133,6 +137,8 @@ def _summary_rows(r: Results) -> list[list[str]]:
         rows += trainer_rows(r.trainer.results)
     if r.checkpoint is not None:
         rows += checkpoint_rows(r.checkpoint)
+    if r.team is not None:
+        rows += team_rows(r.team)
     return rows
 
 

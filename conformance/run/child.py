@@ -20,6 +20,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainspec.conformance.run.profiling import note_run_time
+
 if TYPE_CHECKING:
     from trainspec.conformance.run.records import Record
     from trainspec.conformance.run.scenario import CrashWhere, Scenario
@@ -44,6 +46,8 @@ class ChildContext:
         self._scenario = scenario
         self._job_dir = job_dir  # where every rank of the run writes its records
         self.fired: set[tuple[str, int]] = set()  # the crash points already interrupted at
+        self.began = time.monotonic()  # the run's start (the run-time benchmark)
+        self._noted = False
         from trainspec.conformance.run.writewatch import WriteWatch
 
         self.writes = WriteWatch(ckpt_root, rank, scenario.crash, self.record)
@@ -96,8 +100,15 @@ class ChildContext:
                 and (where, epoch) not in self.fired:
             self.fired.add((where, epoch))
             self.record(Crash(where=where, epoch=epoch, how=crash.how, t=time.time()))
+            self.note_time()  # a kill next: the run's time ends here
             several = self._world_size > 1 and self._job_dir is not None
             interrupt(crash.how, crash.stall_s, until=self.peers_ended if several else None)
+
+    def note_time(self) -> None:
+        """The run's time for the run-time benchmark, once (a crash point, then the end)."""
+        if not self._noted:
+            self._noted = True
+            note_run_time("run", self._rank, self.began)
 
     def peers_ended(self) -> bool:
         """Whether every other rank has recorded how its run ended (raised, exited, done).
@@ -238,14 +249,15 @@ def _property_child(req: dict[str, Any], adapter: Any) -> int:
     # the judging code is named by the request (checks/ sits above run/ and is never imported
     # here by name): ``runner(property_name, adapter, max_examples=...) -> JSON-able dict``
     runner = load_object(req["runner"])
+    began = time.monotonic()
     result = runner(req["property"], adapter, max_examples=int(req["max_examples"]))
+    note_run_time("property", int(req["rank"]), began)
     out = Path(req["job_dir"]) / "property.json"
     out.write_text(json.dumps(result))
     return 0
 
 
 def _run_child(req: dict[str, Any], adapter: Any) -> int:
-    from trainspec.conformance.run.records import Done, RunError, RunExit
     from trainspec.conformance.run.scenario import Scenario
 
     job_dir = Path(req["job_dir"])
@@ -256,6 +268,16 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
                        ckpt_root=Path(req["ckpt_root"]), events_fd=events_fd, scenario=scenario,
                        job_dir=job_dir)
     ctx.writes.install(scenario.task.slow_writes_s, ctx.slows_writes)
+    ctx.began = time.monotonic()
+    try:
+        return _run_adapter(adapter, scenario, ctx)
+    finally:
+        ctx.note_time()
+
+
+def _run_adapter(adapter: Any, scenario: Any, ctx: ChildContext) -> int:
+    from trainspec.conformance.run.records import Done, RunError, RunExit
+
     try:
         adapter.run(scenario, ctx)
     except SystemExit as e:

@@ -11,10 +11,16 @@ from __future__ import annotations
 import contextlib
 import cProfile
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["profiled"]
+__all__ = ["RUN_TIMES_ENV", "note_run_time", "profiled"]
+
+# ``TRAINSPEC_RUN_TIMES=FILE trainspec check ...``: every run's child appends one line to FILE,
+# ``KIND RANK SECONDS``, the time from the start of the adapter's ``run`` (or of a property
+# child's examples) to its end or its crash point; the team-trainer benchmark sums them
+RUN_TIMES_ENV = "TRAINSPEC_RUN_TIMES"
 
 
 @contextlib.contextmanager
@@ -33,3 +39,13 @@ def profiled(folder: str | Path | None, label: str) -> Iterator[None]:
         profiler.dump_stats(f"{name}.prof")
         cpu = os.times()  # this process's own CPU seconds (cProfile's clock is wall time)
         Path(f"{name}.cpu").write_text(f"{cpu.user + cpu.system:.3f}\n")
+
+
+def note_run_time(kind: str, rank: int, began: float) -> None:
+    """Append ``KIND RANK SECONDS`` (since ``began``, a ``time.monotonic()``) to the file
+    :data:`RUN_TIMES_ENV` names; nothing when it is unset or cannot be written."""
+    path = os.environ.get(RUN_TIMES_ENV)
+    if not path:
+        return
+    with contextlib.suppress(OSError), open(path, "a", encoding="ascii") as f:
+        f.write(f"{kind} {rank} {time.monotonic() - began:.6f}\n")
