@@ -22,7 +22,7 @@ import torch
 
 from tests.adapter_runs import check_clauses
 from trainspec.adapters.hf import HFTrainerAdapter, training_arguments
-from trainspec.adapters.hf_task import (
+from trainspec.adapters.hf.task import (
     eval_batch_size,
     eval_holders,
     pooled_tally,

@@ -18,7 +18,7 @@ import torch
 
 from tests.adapter_runs import check_clauses
 from trainspec.adapters.ignite import IgniteAdapter
-from trainspec.adapters.ignite_files import describe_ignite_files, file_role, progress
+from trainspec.adapters.ignite.files import describe_ignite_files, file_role, progress
 from trainspec.conformance.checks.common import make_scenario
 from trainspec.conformance.run.memory import MemoryContext
 from trainspec.conformance.run.records import RunEnd, Validation
@@ -134,7 +134,7 @@ def test_ignite_runs_at_its_defaults_unless_a_remedy_is_named(tmp_path: Path) ->
     # deterministic remedy is named; then the trainer is Ignite's DeterministicEngine
     from ignite.engine import DeterministicEngine, create_supervised_trainer
 
-    from trainspec.adapters.ignite_run import IgniteRun
+    from trainspec.adapters.ignite.run import IgniteRun
 
     assert {r.name for r in IgniteAdapter().remedies()} == {"deterministic"}
     s = make_scenario("defaults", [0.1, 0.2])

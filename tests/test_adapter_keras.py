@@ -97,7 +97,7 @@ def test_a_run_reports_keras_decisions_and_describes_its_files(tmp_path: Path) -
     test = _records(ctx, TestPass)[0]
     assert all(torch.equal(test.weights[k], validated[k]) for k in validated)
 
-    from trainspec.adapters.keras_files import describe_keras_files
+    from trainspec.adapters.keras.files import describe_keras_files
 
     described = describe_keras_files(tmp_path)
     assert adapter.describe_checkpoints(tmp_path) == described
@@ -130,7 +130,7 @@ class _RunsCode:
 
 
 def test_describe_reads_damaged_and_foreign_files_without_running_them(tmp_path: Path) -> None:
-    from trainspec.adapters.keras_files import describe_keras_files
+    from trainspec.adapters.keras.files import describe_keras_files
 
     marker = tmp_path / "code-ran"
     (tmp_path / "backup").mkdir()

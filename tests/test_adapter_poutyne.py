@@ -18,7 +18,7 @@ import torch
 
 from tests.adapter_runs import check_clauses
 from trainspec.adapters.poutyne import REMEDIES, PoutyneAdapter
-from trainspec.adapters.poutyne_files import (
+from trainspec.adapters.poutyne.files import (
     EPOCH_FILE,
     MODEL_FILE,
     PERIODIC_NAME,
@@ -96,7 +96,7 @@ def test_every_failing_clause_with_a_source_has_a_root_cause() -> None:
 
 
 def test_file_names_are_modelbundles_own() -> None:
-    from trainspec.adapters.poutyne_run import poutyne_module
+    from trainspec.adapters.poutyne.run import poutyne_module
 
     ModelBundle = poutyne_module().ModelBundle  # noqa: N806 (Poutyne's class)
     assert (ModelBundle.MODEL_CHECKPOINT_FILENAME, ModelBundle.OPTIMIZER_CHECKPOINT_FILENAME,

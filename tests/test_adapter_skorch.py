@@ -18,7 +18,7 @@ import torch
 
 from tests.adapter_runs import check_clauses
 from trainspec.adapters.skorch import REMEDIES, SkorchAdapter
-from trainspec.adapters.skorch_files import (
+from trainspec.adapters.skorch.files import (
     describe_skorch_files,
     file_role,
     history_steps,

@@ -29,14 +29,15 @@ RULES: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
 # a module's own extra dependency: the example trainer scores with torchmetrics; the seed-shape
 # adapter builds an omegaconf config, lazily, for classes that take one
 EXTRA = {"reference/example.py": {"torchmetrics"}, "adapters/base_trainer.py": {"omegaconf"},
-         "adapters/lightning.py": {"lightning"}, "adapters/lightning_module.py": {"lightning"},
-         "adapters/ignite.py": {"ignite"}, "adapters/ignite_run.py": {"ignite"},
-         "adapters/hf.py": {"transformers"}, "adapters/hf_run.py": {"transformers"},
-         "adapters/hf_files.py": {"transformers", "safetensors"},
-         "adapters/hf_task.py": {"torchmetrics"},
-         "adapters/keras_run.py": {"keras"}, "adapters/keras_files.py": {"h5py"},
-         "adapters/poutyne_run.py": {"poutyne"},
-         "adapters/skorch.py": {"skorch"}, "adapters/skorch_run.py": {"skorch"}}
+         "adapters/lightning/__init__.py": {"lightning"},
+         "adapters/lightning/module.py": {"lightning"},
+         "adapters/ignite/__init__.py": {"ignite"}, "adapters/ignite/run.py": {"ignite"},
+         "adapters/hf/__init__.py": {"transformers"}, "adapters/hf/run.py": {"transformers"},
+         "adapters/hf/files.py": {"transformers", "safetensors"},
+         "adapters/hf/task.py": {"torchmetrics"},
+         "adapters/keras/run.py": {"keras"}, "adapters/keras/files.py": {"h5py"},
+         "adapters/poutyne/run.py": {"poutyne"},
+         "adapters/skorch/__init__.py": {"skorch"}, "adapters/skorch/run.py": {"skorch"}}
 # optional everywhere, imported inside a function only: numpy's RNG is saved when numpy exists
 OPTIONAL = frozenset({"numpy"})
 

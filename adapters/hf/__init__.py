@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainspec.adapters import hf_causes, hf_files
-from trainspec.adapters.hf_run import Run, offline, training_arguments
+from trainspec.adapters.hf import causes as hf_causes
+from trainspec.adapters.hf import files as hf_files
+from trainspec.adapters.hf.run import Run, offline, training_arguments
 from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario

@@ -15,8 +15,8 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import TensorDataset
 
-from trainspec.adapters import hf_files
-from trainspec.adapters.hf_task import (
+from trainspec.adapters.hf import files as hf_files
+from trainspec.adapters.hf.task import (
     TALLY,
     Scored,
     TaskModel,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from trainspec.adapters import ignite_causes
-from trainspec.adapters.ignite_causes import REMEDIES
-from trainspec.adapters.ignite_files import describe_ignite_files
-from trainspec.adapters.ignite_run import IgniteRun
+from trainspec.adapters.ignite import causes as ignite_causes
+from trainspec.adapters.ignite.causes import REMEDIES
+from trainspec.adapters.ignite.files import describe_ignite_files
+from trainspec.adapters.ignite.run import IgniteRun
 from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario

@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional
 from torch.utils.data.distributed import DistributedSampler
 
-from trainspec.adapters.ignite_files import model_weights, newest, snapshot
+from trainspec.adapters.ignite.files import model_weights, newest, snapshot
 from trainspec.conformance.run.adapter import RunContext
 from trainspec.conformance.run.files import load_dict
 from trainspec.conformance.run.recording import trainer_state

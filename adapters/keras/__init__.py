@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainspec.adapters import keras_causes
-from trainspec.adapters.keras_causes import REMEDIES
-from trainspec.adapters.keras_files import describe_keras_files
-from trainspec.adapters.keras_run import KerasRun, keras_module
+from trainspec.adapters.keras import causes as keras_causes
+from trainspec.adapters.keras.causes import REMEDIES
+from trainspec.adapters.keras.files import describe_keras_files
+from trainspec.adapters.keras.run import KerasRun, keras_module
 from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario

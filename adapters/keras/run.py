@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trainspec.adapters.keras_files import (
+from trainspec.adapters.keras.files import (
     BACKUP_DIR,
     BACKUP_WEIGHTS,
     BEST_FILE,

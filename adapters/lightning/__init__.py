@@ -18,9 +18,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainspec.adapters import lightning_causes, lightning_files
-from trainspec.adapters.lightning_causes import REMEDIES
-from trainspec.adapters.lightning_module import MONITOR, TaskModule, module_class
+from trainspec.adapters.lightning import causes as lightning_causes
+from trainspec.adapters.lightning import files as lightning_files
+from trainspec.adapters.lightning.causes import REMEDIES
+from trainspec.adapters.lightning.module import MONITOR, TaskModule, module_class
 from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord, describe_files
 from trainspec.conformance.run.recording import (

@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from trainspec.adapters import poutyne_causes
-from trainspec.adapters.poutyne_files import describe_poutyne_files
-from trainspec.adapters.poutyne_run import PoutyneRun, poutyne_module
+from trainspec.adapters.poutyne import causes as poutyne_causes
+from trainspec.adapters.poutyne.files import describe_poutyne_files
+from trainspec.adapters.poutyne.run import PoutyneRun, poutyne_module
 from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario

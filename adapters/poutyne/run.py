@@ -15,7 +15,7 @@ import torch
 from torch.nn import functional
 from torch.utils.data import DataLoader, default_collate
 
-from trainspec.adapters.poutyne_files import (
+from trainspec.adapters.poutyne.files import (
     BUNDLE_DIR,
     MODEL_FILE,
     PERIODIC_NAME,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainspec.adapters import skorch_causes
-from trainspec.adapters.skorch_files import describe_skorch_files
-from trainspec.adapters.skorch_run import SkorchRun
+from trainspec.adapters.skorch import causes as skorch_causes
+from trainspec.adapters.skorch.files import describe_skorch_files
+from trainspec.adapters.skorch.run import SkorchRun
 from trainspec.conformance.run.adapter import Capability, RunContext, chosen_remedies
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import Scenario

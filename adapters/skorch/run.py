@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trainspec.adapters.skorch_files import (
+from trainspec.adapters.skorch.files import (
     BEST_DIR,
     LAST_DIR,
     PERIODIC_DIR,
