@@ -65,8 +65,6 @@ def check_targets(names: Sequence[str] | None = None, *, clauses: str | None = N
     Raises:
         UsageError: a name is not a built-in target.
     """
-    from trainspec.conformance import api
-
     chosen = list(BUILTIN_TARGETS) if names is None else list(names)
     unknown = [n for n in chosen if n not in BUILTIN_TARGETS]
     if unknown:
@@ -82,8 +80,8 @@ def check_targets(names: Sequence[str] | None = None, *, clauses: str | None = N
         if why is None:
             say(f"{head}: checking")
             try:
-                result = api.check(name, clauses=clauses, world_size=world_size,
-                                   timeout_s=timeout_s, workers=workers, profile=profile)
+                result = _check(name, clauses=clauses, world_size=world_size,
+                                timeout_s=timeout_s, workers=workers, profile=profile)
             except AdapterError as e:
                 why = str(e).splitlines()[0] if str(e) else type(e).__name__
             else:
@@ -101,8 +99,6 @@ def _verify_remedies(name: str, report: Report, *, world_size: int, timeout_s: f
                      profile: Literal["fast", "ci"], say: Callable[[str], None]
                      ) -> list[RemedyRun]:
     """Each declared remedy's failing clauses, checked again with the remedy on."""
-    from trainspec.conformance import api
-
     runs = []
     for remedy in report.remedies:
         # a clause not selected comes out n/a, so "fail" already means selected and failing
@@ -110,10 +106,18 @@ def _verify_remedies(name: str, report: Report, *, world_size: int, timeout_s: f
         if not failing:
             continue
         target = with_remedies(BUILTIN_TARGETS[name], remedy.name)
-        again = api.check(target, clauses=",".join(failing), world_size=world_size,
+        again = _check(target, clauses=",".join(failing), world_size=world_size,
                           timeout_s=timeout_s, profile=profile)
         run = RemedyRun.of(remedy.name, again, failing)
         runs.append(run)
         say(f"trainspec matrix: {name} with {remedy.setting}: " + ", ".join(
             f"{c} {v}" for c, (v, _) in run.results.items()))
     return runs
+
+
+def _check(target: str | Target, **options: object) -> Report:
+    """``trainspec.check(target, **options)``, without importing the public API module."""
+    from trainspec.conformance import runner
+    from trainspec.conformance.plan import plan
+
+    return runner.run(plan(target, **options))  # type: ignore[arg-type]

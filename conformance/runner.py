@@ -45,7 +45,7 @@ from trainspec.conformance.targets import BUILTIN_TARGETS, Target, resolve_targe
 from trainspec.errors import AdapterError
 
 if TYPE_CHECKING:
-    from trainspec.conformance.api import Plan
+    from trainspec.conformance.plan import Plan
 
 __all__ = [
     "BUILTIN_TARGETS",
@@ -282,7 +282,7 @@ def run_checks(target: Target, *, clauses: str | None = None, world_size: int = 
                harness: Harness | None = None, max_examples: int = 60,
                workers: int = 1, fresh: bool = False) -> Report:
     """:func:`run` of the plan of these options (kept for callers that hold a harness)."""
-    from trainspec.conformance.api import plan
+    from trainspec.conformance.plan import plan
 
     return run(plan(target, clauses=clauses, world_size=world_size, timeout_s=timeout_s,
                     deviations=deviations, workers=workers, fresh=fresh,

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from trainspec.conformance import api, lanes
+from trainspec.conformance import plan as plan_module
 from trainspec.conformance.cli import main
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.results import CheckResult, ClauseResult, Report, Verdict
@@ -299,7 +300,7 @@ def test_check_without_n_runs_one_lane_per_core_bounded_by_memory(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[api.Plan] = []
     monkeypatch.setattr(api, "run", fake_run(fake_report(), calls))
-    monkeypatch.setattr(api, "auto_workers", lambda: 5)
+    monkeypatch.setattr(plan_module, "auto_workers", lambda: 5)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     assert main(["check", "--clauses", "LOOP-1"]) == 0
     assert main(["check", "--clauses", "LOOP-1", "-n", "auto"]) == 0

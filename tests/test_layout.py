@@ -178,3 +178,80 @@ def test_no_function_of_the_package_is_over_a_screen() -> None:
 def test_every_long_module_exemption_still_applies() -> None:
     for rel in LONG_MODULES:
         assert len((ROOT / rel).read_text(encoding="utf-8").splitlines()) > MAX_MODULE_LINES, rel
+
+
+# ------------------------------------------------------------------------ import circles
+def module_imports() -> dict[str, set[str]]:
+    """Each module of the package -> the package's modules it imports, lazily or not (``from
+    PKG import SUB`` counts as importing the submodule SUB, not PKG's own code)."""
+    files: dict[str, Path] = {}
+    for path in [*package_files(), ROOT / "trainspec" / "kit.py"]:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[0] != "trainspec":
+            parts.insert(0, "trainspec")
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            found: list[str] = []
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    head = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join([*head, base] if base else head)
+                subs = [f"{base}.{alias.name}" for alias in node.names
+                        if f"{base}.{alias.name}" in files]
+                found = subs if len(subs) == len(node.names) else [base, *subs]
+            for each in found:
+                imported = each
+                while imported and imported not in files:
+                    imported = imported.rpartition(".")[0]
+                if imported and imported != name:
+                    graph[name].add(imported)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_import_circles_are_found() -> None:
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_of_the_package_takes_part_in_an_import_circle() -> None:
+    graph = module_imports()
+    assert "trainspec.conformance.runner" in graph["trainspec.conformance.api"]  # it sees imports
+    assert import_circles(graph) == []
