@@ -65,14 +65,18 @@ def check_best_file_follows_improvements(ctx: CheckContext) -> str:
         cases.append(make_scenario("best-file-first", [0.1, 0.2, 0.4], first=0.5))
     writes = []
     for s in cases:
-        with ctx.case(s.name):
-            writes.append(_judge_best_writes(ctx.completed(s).rank0))
+        r = None
+        with ctx.case(s.name):  # the run itself; then each of its validations, a case each
+            r = ctx.completed(s).rank0
+        if r is not None:
+            writes.append(_judge_best_writes(ctx, s.name, r))
     return f"best.pt rewritten at each of {' and '.join(map(str, writes))} improvements only " \
         "(with ckpt.every_n_epochs=2 too), with epoch (-1 at val.first), step, weights"
 
 
-def _judge_best_writes(r: RankTrace) -> int:
-    """Every validation against best.pt before and after it; the count of improvements."""
+def _judge_best_writes(ctx: CheckContext, name: str, r: RankTrace) -> int:
+    """Every validation against best.pt before and after it, each a case (a slip at one
+    improvement hides none at another); the count of improvements."""
     starts = {e.epoch: e.best_file for e in r.train_epochs}
     ends = {e.epoch: e.end_step for e in r.train_epochs}
     end_file = None if r.end is None else r.end.best_file
@@ -85,14 +89,15 @@ def _judge_best_writes(r: RankTrace) -> int:
         before = None if first else starts.get(v.epoch)
         after = starts.get(0 if first else v.epoch + 1, end_file)
         at = "val.first" if first else f"epoch {v.epoch}"
-        if v.improved:
-            want = (-1, 0) if first else (v.epoch, ends.get(v.epoch))
-            _judge_best_file(at, v, before, after, want)
-            writes += 1
-        elif _identity(after) != _identity(before):
-            raise CheckFailed(f"BEST-3: {at} did not improve but best.pt was "
-                              f"{'written' if before is None else 'rewritten'} (now epoch "
-                              f"{None if after is None else after.epoch})")
+        with ctx.case(f"{name}, {at}"):
+            if v.improved:
+                writes += 1
+                want = (-1, 0) if first else (v.epoch, ends.get(v.epoch))
+                _judge_best_file(at, v, before, after, want)
+            elif _identity(after) != _identity(before):
+                raise CheckFailed(f"BEST-3: {at} did not improve but best.pt was "
+                                  f"{'written' if before is None else 'rewritten'} (now epoch "
+                                  f"{None if after is None else after.epoch})")
     return writes
 
 

@@ -47,7 +47,7 @@ class CaseLog:
         self.cases: list[CaseResult] = []
         self.open: Case | None = None
         self.failed_runs: set[str] = set()  # the scenarios that failed cases judged
-        self.inapplicable: list[str] = []  # "case: why" of each case found not applicable
+        self.inapplicable: list[str] = []  # why, for each case found not applicable
 
     @property
     def failing(self) -> list[CaseResult]:
@@ -116,7 +116,7 @@ class Case:
             self.log.record(CaseResult(name=self.name, outcome="passed"))
         else:
             self.log.not_judged(self.name, str(e))
-            self.log.inapplicable.append(f"{self.name}: {e}" if self.name else str(e))
+            self.log.inapplicable.append(str(e))
         return True
 
 
