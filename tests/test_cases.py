@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,15 @@ def test_one_cause_behind_every_failing_case_of_several_clauses_is_grouped_in_ev
     assert f"one cause behind 3 clauses ({', '.join(order)}): {CAUSE}" in text
     assert f"{', '.join(order)}: {CAUSE}" in text  # the suite's property
     assert "RES-3" not in group
+
+
+def test_the_pytest_failure_text_lists_every_failing_case_with_its_detail() -> None:
+    from trainspec.conformance.plugin import _render
+
+    result = _failed("check_res_1", "RES-1", ["first cause", "second cause"])
+    cases = (*(replace(c, detail=f"detail of {c.name}") for c in result.cases),
+             CaseResult(name="a third", outcome="passed"))
+    text = _render(replace(result, cases=cases, detail="detail of case 0"))
+    assert text.splitlines()[:2] == ["RES-1: first cause", "detail of case 0"]
+    assert "failed (crash): case 1: RES-1: second cause\ndetail of case 1" in text
+    assert text.endswith("passed: a third")
