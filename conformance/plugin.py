@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -219,7 +219,17 @@ class TrainspecItem(pytest.Item):
 
 
 def _render(result: CheckResult) -> str:
-    """The evidence line (the node ID already names the check), then the detail."""
+    """The evidence line (the node ID already names the check), then the detail; with several
+    failing cases, then every case (each failing one with its detail)."""
     head = result.evidence if result.outcome == "failed" else \
         f"{result.outcome}: {result.evidence}"
-    return f"{head}\n{result.detail}" if result.detail else head
+    text = f"{head}\n{result.detail}" if result.detail else head
+    if len(result.failing) < 2:
+        return text
+    from trainspec.conformance.report.text import case_lines
+
+    more = [line for case in result.failing[1:] for line in
+            (case_lines(replace(result, cases=(case,)))[0], case.detail) if line]
+    passed = case_lines(replace(result, cases=tuple(c for c in result.cases
+                                                    if c.outcome != "failed")))
+    return "\n".join([text, "more failing cases:", *more, *passed])

@@ -33,11 +33,13 @@ from trainspec.conformance.schedule import Families, TorchImport, in_parallel
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.links import docs_link
 from trainspec.conformance.spec.results import (
+    SEVERITIES,
     CheckOutcome,
     CheckResult,
     ClauseResult,
     Report,
     Verdict,
+    common_cause,
     to_verdict,
     worst_verdict,
 )
@@ -329,9 +331,10 @@ def judge_clauses(results: Sequence[CheckResult], selected: Sequence[str],
         mine = [r for r in results if clause.id in r.clauses]
         reason = deviations.get(clause.id)
         verdict, evidence, note = _verdict(clause.id, mine, selected, reason, world_size)
-        # the cause of the check whose evidence the clause shows
-        cause = "" if verdict in ("pass", "n/a") else next(
-            (r.cause for r in mine if r.evidence == evidence), "")
+        # the cause every check that does not pass shares: one cause behind all the
+        # clause's failing cases, which reports group with the other clauses it decides
+        cause = "" if verdict in ("pass", "n/a") else common_cause(
+            [r.cause for r in mine if r.outcome not in ("passed", "n/a")])
         out.append(ClauseResult(
             id=clause.id, level=clause.level, title=clause.title, verdict=verdict,
             evidence=evidence, checks=tuple(mine), deviation_reason=reason, note=note,
@@ -353,10 +356,20 @@ def _verdict(clause_id: str, mine: Sequence[CheckResult], selected: Sequence[str
     if not mine:
         return "error", "no check yet", ""
     verdict = worst_verdict([r.outcome for r in mine])
-    worst = next((r for r in mine if to_verdict(r.outcome) == verdict), mine[0])
+    # of the checks with that verdict, the one with the gravest failing case (the first
+    # among equals) gives the evidence
+    worst = min((r for r in mine if to_verdict(r.outcome) == verdict), key=_gravity,
+                default=mine[0])
     if reason is not None and verdict in ("fail", "timeout"):
         return "deviation", worst.evidence, ""
     if reason is not None and verdict == "pass":
         return verdict, worst.evidence, ("declared as a deviation but passes: remove it from "
                                          "the deviations file")
     return verdict, worst.evidence, ""
+
+
+def _gravity(result: CheckResult) -> int:
+    """How grave a check's gravest failing case is (0: a crash); past every severity when it
+    has none."""
+    failing = result.failing
+    return SEVERITIES.index(failing[0].severity or "wrong") if failing else len(SEVERITIES)

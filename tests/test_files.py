@@ -60,7 +60,10 @@ def test_the_checks_read_the_adapters_own_description_of_its_files(harness: Harn
     ctx, _ = open_context(target, harness, world_size=1)
     result = run_check(CHECKS["check_checkpoint_files_and_contents"], ctx)
     assert result.outcome == "failed"
-    assert "expected epoch_0.pt" in result.evidence
+    # every case is reported: the missing epoch_<e>.pt files, and (graver, so first) the
+    # final last.pt the adapter never names
+    assert "the final last.pt says epoch None" in result.evidence
+    assert any("expected epoch_0.pt" in c.evidence for c in result.failing)
 
 
 def test_ckpt_1_judges_what_an_adapter_says_a_file_holds_not_the_seed_key_names() -> None:

@@ -2,9 +2,11 @@
 
 A check is a function ``check_<subject>_<property>(ctx) -> str``, registered with the clause IDs
 it verifies and the capabilities it needs. It returns one line of evidence when the trainer
-meets the clause, and raises :class:`CheckFailed` with one line of evidence when it does not.
-Runs that crash, hang or break the harness are classified by :func:`run_check`: a trainer that
-raises where the scenario expects none fails; the suite's own breakage is ``error``.
+meets the clause, and raises :class:`CheckFailed` with one line of evidence when it does not;
+a check of several cases runs each in ``with ctx.case(name):`` so that every one is judged
+and reported (:mod:`~trainspec.conformance.checks.cases`). Runs that crash, hang or break the
+harness are classified by :func:`run_check`: a trainer that raises where the scenario expects
+none fails; the suite's own breakage is ``error``.
 """
 
 from __future__ import annotations
@@ -15,19 +17,32 @@ import re
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import trainspec
-from trainspec.conformance.checks.carried_out import shortfall
+from trainspec.conformance.checks.cases import Case, CaseLog, Judged, carried_out, verify_the_rest
+from trainspec.conformance.checks.failures import (
+    CheckFailed,
+    NotApplicable,
+    PropertyTimeout,
+    RunBroke,
+)
 from trainspec.conformance.run.adapter import Capability
 from trainspec.conformance.run.files import actionable_line
 from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.conformance.run.scenario import Scenario
-from trainspec.conformance.run.trace import RankTrace, Trace
+from trainspec.conformance.run.trace import Trace
 from trainspec.conformance.spec.printable import printable
-from trainspec.conformance.spec.results import CheckOutcome, CheckResult, normal_cause
+from trainspec.conformance.spec.results import (
+    CaseResult,
+    CheckOutcome,
+    CheckResult,
+    Severity,
+    common_cause,
+    normal_cause,
+)
 from trainspec.errors import AdapterError, HarnessError
 
 __all__ = [
@@ -36,54 +51,12 @@ __all__ = [
     "CheckFailed",
     "CheckSpec",
     "NotApplicable",
+    "PropertyTimeout",
     "RunBroke",
     "Runs",
     "check",
     "run_check",
 ]
-
-
-class CheckFailed(Exception):
-    """The trainer violated the clause; the message is the evidence line. ``cause``, when
-    the same fault can show under other clauses too, says it in words they share (reports
-    group the clauses behind one cause)."""
-
-    def __init__(self, evidence: str, detail: str = "", *, cause: str = "") -> None:
-        super().__init__(evidence)
-        self.evidence, self.detail, self.cause = evidence, detail, cause
-
-
-class NotApplicable(Exception):
-    """The clause cannot be judged on this target; the message says why."""
-
-
-class RunBroke(Exception):
-    """A run ended in a way the scenario did not ask for: raised, killed, hung, lost."""
-
-    def __init__(self, trace: Trace, scenario: Scenario) -> None:
-        bad = _first_broken(trace)
-        self.trace, self.rank = trace, bad
-        self.timed_out = any(r.status == "timeout" for r in trace.ranks)
-        self.ours = bad.is_ours
-        where = f" on rank {bad.rank}" if len(trace.ranks) > 1 else ""
-        super().__init__(f"scenario {scenario.name!r}: the run {bad.status}{where}: {bad.error}")
-        self.cause = f"the run {bad.status}: {bad.error}"
-        details = []
-        for r in trace.ranks:
-            if r.status != "completed" and r.detail:
-                details.append(f"--- rank {r.rank} ({r.status}) ---\n{r.detail}")
-        self.detail = "\n".join(details)
-
-
-def _first_broken(trace: Trace) -> RankTrace:
-    """The rank where a run's trouble began, whose error the evidence quotes: a rank that hung
-    (the others then time out in a collective, or give up on it), else one that died or was
-    lost, else the one that raised first; a rank that ended normally only when none broke."""
-    broken = [r for r in trace.ranks if r.status != "completed"] or list(trace.ranks)
-    order = {"timeout": 0, "killed": 1, "lost": 1, "exited": 2, "raised": 3}
-    return min(broken, key=lambda r: (order.get(r.status, 4),
-                                      r.ended_at if r.ended_at is not None else float("inf"),
-                                      r.rank))
 
 
 class Runs(Protocol):
@@ -175,6 +148,18 @@ class CheckContext:
     judged: dict[str, tuple[Scenario, Trace]] = field(default_factory=dict)
     # the running check's cases that could not run here, each with the capabilities it lacks
     skipped: list[str] = field(default_factory=list)
+    log: CaseLog = field(default_factory=CaseLog)  # the running check's cases (ctx.case)
+
+    def case(self, name: str, *, severity: Severity = "wrong") -> Case:
+        """``with ctx.case(name):`` judges one case of the running check to its end: a failure
+        inside ends that case only (:mod:`~trainspec.conformance.checks.cases`)."""
+        return Case(self.log, name, severity, self._verify)
+
+    def _verify(self, judged: Judged) -> None:
+        carried_out(self.checking[0] if self.checking else "?", judged)
+
+    def _verify_the_rest(self) -> None:
+        verify_the_rest(self.checking[0] if self.checking else "?", self.judged, self.log)
 
     def can(self, *needs: Capability, case: str) -> bool:
         """Whether the case ``case``, which needs ``needs`` beyond what the whole check
@@ -185,11 +170,14 @@ class CheckContext:
         """
         missing = sorted(set(needs) - self.capabilities)
         if missing:
-            self.skipped.append(f"{case} (the target does not declare {', '.join(missing)})")
+            why = f"the target does not declare {', '.join(missing)}"
+            self.skipped.append(f"{case} ({why})")
+            self.log.not_judged(case, why)
         return not missing
     # cases the running check could not judge on this target (a crash point it lacks): named
     # after a pass's evidence, never turned into a fail
     notes: list[str] = field(default_factory=list)
+    checking: tuple[str, ...] = ()  # the running check's clauses
 
     def run(self, scenario: Scenario) -> Trace:
         """The trace of one run (cached: a scenario is deterministic, and its name only labels
@@ -202,6 +190,8 @@ class CheckContext:
     def saw(self, scenario: Scenario, trace: Trace) -> Trace:
         """Note that the running check judges ``trace`` (a run made elsewhere, or cached)."""
         self.judged[scenario.name] = (scenario, trace)
+        if self.log.open is not None:
+            self.log.open.saw(scenario, trace)
         return trace
 
     def attempted_load(self, scenario: Scenario, path: Path) -> Trace:
@@ -272,89 +262,98 @@ def portable(text: str, scratch: str) -> str:
 
 
 def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
-    """Run one check and classify how it ended.
+    """Run one check, every case of it, and classify how it ended.
 
-    A pass stands only when every run the check judged shows its scenario carried out
+    A failed case makes the check ``failed`` (a proven violation outranks how the rest ended),
+    its evidence the gravest failed case's (every case is in ``cases``). A pass stands only when
+    every run the check judged shows its scenario carried out
     (:func:`~trainspec.conformance.checks.carried_out.shortfall`); otherwise the check fails
     with what the run lacked, times out, or errs, as the run ended.
     """
     started = time.monotonic()
     scratch = str(ctx.runs.root)
 
-    def result(outcome: CheckOutcome, evidence: str, detail: str = "",
-               cause: str = "") -> CheckResult:
+    def clean(text: str) -> str:
+        return printable(portable(text, scratch))
+
+    def result(outcome: CheckOutcome, evidence: str, detail: str = "", cause: str = "",
+               cases: tuple[CaseResult, ...] = ()) -> CheckResult:
         return CheckResult(name=spec.name, clauses=spec.clauses, outcome=outcome,
-                           evidence=printable(portable(evidence, scratch)),
+                           evidence=clean(evidence),
                            duration_s=round(time.monotonic() - started, 3),
-                           detail=printable(portable(detail, scratch)),
-                           cause=normal_cause(printable(portable(cause, scratch))))
+                           detail=clean(detail), cause=normal_cause(clean(cause)),
+                           cases=tuple(replace(c, evidence=clean(c.evidence),
+                                               detail=clean(c.detail),
+                                               cause=normal_cause(clean(c.cause)))
+                                       for c in cases))
 
     missing = sorted(spec.requires - ctx.capabilities)
     if missing:
         return result("n/a", f"the target does not declare {', '.join(missing)}")
     runs, ctx.runs, ctx.judged = ctx.runs, _Watched(ctx.runs, ctx), {}
-    ctx.skipped, ctx.notes = [], []
+    ctx.skipped, ctx.notes, ctx.log, ctx.checking = [], [], CaseLog(), spec.clauses
+    try:
+        outcome, evidence, detail, cause = _ended(spec, ctx)
+    finally:
+        ctx.runs = runs
+    log = ctx.log
+    notes = list(dict.fromkeys(ctx.notes))
+    for note in notes:
+        log.not_judged("", note)
+    failing = log.failing
+    if failing:
+        if outcome in ("timeout", "error"):  # it ended so after a case failed
+            log.not_judged("the cases after the last one judged", f"{outcome}: {evidence}")
+        elif outcome == "n/a" and evidence and evidence not in notes:
+            log.not_judged("", evidence)
+        cases = tuple(log.cases)
+        return result("failed", failing[0].evidence, failing[0].detail,
+                      common_cause([clean(c.cause) for c in failing]), cases)
+    if outcome == "passed":
+        if ctx.skipped:
+            evidence = f"{evidence}; not run: {'; '.join(ctx.skipped)}"
+        if notes or log.inapplicable:
+            evidence += f" (not judged: {'; '.join([*log.inapplicable, *notes])})"
+    return result(outcome, evidence, detail, cause, tuple(log.cases))
+
+
+def _ended(spec: CheckSpec, ctx: CheckContext) -> tuple[CheckOutcome, str, str, str]:
+    """How the check's function ended, as (outcome, evidence, detail, cause); a failure that
+    ends it outside any case is recorded as its last case."""
+    log = ctx.log
     try:
         try:
             evidence = spec.func(ctx)
         except NotApplicable as e:
             # n/a, like a pass, rests on runs that did what they were asked ("no write to
             # interrupt" from a run that wrote nothing because it did nothing is a failure)
-            _carried_out(spec, ctx)
-            return result("n/a", str(e))
-        _carried_out(spec, ctx)
+            ctx._verify_the_rest()
+            return "n/a", str(e), "", ""
+        ctx._verify_the_rest()
+        if log.inapplicable and not log.has_passed and not log.failing:  # none could be
+            return "n/a", "; ".join(log.inapplicable), "", ""  # judged here
+        return "passed", evidence, "", ""
     except CheckFailed as e:
-        return result("failed", e.evidence, e.detail, e.cause)
+        log.fail("", e, "wrong")
+        return "failed", e.evidence, e.detail, e.cause
     except RunBroke as e:
-        outcome: CheckOutcome = "timeout" if e.timed_out else "error" if e.ours else "failed"
-        return result(outcome, str(e), e.detail, e.cause)
+        if e.is_the_trainers:
+            log.fail("", e, "crash")
+            return "failed", str(e), e.detail, e.cause
+        return ("timeout" if e.timed_out else "error"), str(e), e.detail, e.cause
     except PropertyTimeout as e:
-        return result("timeout", str(e), e.detail)
+        return "timeout", str(e), e.detail, ""
     except (HarnessError, AdapterError) as e:
         said = f"{type(e).__name__}: {actionable_line(str(e))}"
-        return result("error", said, traceback.format_exc(), said)
+        return "error", said, traceback.format_exc(), said
     except Exception as e:
-        lacking = _lacking(spec, ctx)  # a check tripped over runs that hold nothing
-        if lacking is not None:
-            return result(lacking[0], lacking[1], traceback.format_exc())
-        return result("error", f"internal error in {spec.name}: {type(e).__name__}: "
-                      f"{actionable_line(str(e))}", traceback.format_exc())
-    finally:
-        ctx.runs = runs
-    if ctx.skipped:
-        evidence = f"{evidence}; not run: {'; '.join(ctx.skipped)}"
-    if ctx.notes:
-        evidence += f" (not judged: {'; '.join(dict.fromkeys(ctx.notes))})"
-    return result("passed", evidence)
-
-
-def _lacking(spec: CheckSpec, ctx: CheckContext) -> tuple[CheckOutcome, str] | None:
-    """How the runs judged so far fall short of their scenarios, as an outcome and evidence;
-    None when they do not."""
-    try:
-        _carried_out(spec, ctx)
-    except CheckFailed as e:
-        return "failed", e.evidence
-    except RunBroke as e:
-        return ("timeout" if e.timed_out else "error" if e.ours else "failed"), str(e)
-    return None
-
-
-def _carried_out(spec: CheckSpec, ctx: CheckContext) -> None:
-    """Refuse a pass resting on a run that did not carry its scenario out."""
-    for scenario, trace in ctx.judged.values():
-        # the rank a scenario interrupts may end in the harness's own code: that is the
-        # interruption, not a breakage
-        crashed = None if scenario.crash is None else scenario.crash.rank
-        if any(r.status in ("timeout", "lost") or (r.is_ours and r.rank != crashed)
-               for r in trace.ranks):
-            raise RunBroke(trace, scenario)
-        lacking = shortfall(scenario, trace)
-        if lacking is not None:
-            clause = spec.clauses[0]
-            raise CheckFailed(f"{clause}: scenario {scenario.name!r}: the run {lacking}; a "
-                              "pass needs evidence that it did",
-                              "\n".join(r.detail for r in trace.ranks if r.detail))
+        said = f"internal error in {spec.name}: {type(e).__name__}: {actionable_line(str(e))}"
+        where = traceback.format_exc()
+        try:  # a check that tripped over runs that hold nothing fails on what they lack
+            ctx._verify_the_rest()
+        except RunBroke as broke:
+            return ("timeout" if broke.timed_out else "error"), str(broke), broke.detail, ""
+        return "error", said, where, ""
 
 
 def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: int) -> str:
@@ -386,9 +385,3 @@ def reproducer(target_args: str, clause: str, scenario: dict[str, Any]) -> str:
         f"scenario = {json.dumps(scenario)!r}\n"
         f"replay({target_args}, clause={clause!r}, scenario=scenario)\n"
     )
-
-
-class PropertyTimeout(Exception):
-    def __init__(self, message: str, detail: str) -> None:
-        super().__init__(message)
-        self.detail = detail

@@ -23,7 +23,8 @@ def check_best_needs_a_strictly_better_score(ctx: CheckContext) -> str:
         make_scenario("best-ties-min", [0.5, 0.5, 0.6, 0.4, 0.4], cfg={"val.minimize": True}),
     ]
     for s in cases:
-        match_decisions("BEST-1", s, ctx.completed(s), what="improved")
+        with ctx.case(s.name):
+            match_decisions("BEST-1", s, ctx.completed(s), what="improved")
     return "ties and worse scores were not improvements, maximizing and minimizing"
 
 
@@ -62,13 +63,20 @@ def check_best_file_follows_improvements(ctx: CheckContext) -> str:
     if ctx.can("val_first", case="the val.first case"):
         # val.first improves on nothing yet, so it writes best.pt, for epoch -1; nothing after
         cases.append(make_scenario("best-file-first", [0.1, 0.2, 0.4], first=0.5))
-    writes = [_judge_best_writes(ctx.completed(s).rank0) for s in cases]
+    writes = []
+    for s in cases:
+        r = None
+        with ctx.case(s.name):  # the run itself; then each of its validations, a case each
+            r = ctx.completed(s).rank0
+        if r is not None:
+            writes.append(_judge_best_writes(ctx, s.name, r))
     return f"best.pt rewritten at each of {' and '.join(map(str, writes))} improvements only " \
         "(with ckpt.every_n_epochs=2 too), with epoch (-1 at val.first), step, weights"
 
 
-def _judge_best_writes(r: RankTrace) -> int:
-    """Every validation against best.pt before and after it; the count of improvements."""
+def _judge_best_writes(ctx: CheckContext, name: str, r: RankTrace) -> int:
+    """Every validation against best.pt before and after it, each a case (a slip at one
+    improvement hides none at another); the count of improvements."""
     starts = {e.epoch: e.best_file for e in r.train_epochs}
     ends = {e.epoch: e.end_step for e in r.train_epochs}
     end_file = None if r.end is None else r.end.best_file
@@ -81,14 +89,15 @@ def _judge_best_writes(r: RankTrace) -> int:
         before = None if first else starts.get(v.epoch)
         after = starts.get(0 if first else v.epoch + 1, end_file)
         at = "val.first" if first else f"epoch {v.epoch}"
-        if v.improved:
-            want = (-1, 0) if first else (v.epoch, ends.get(v.epoch))
-            _judge_best_file(at, v, before, after, want)
-            writes += 1
-        elif _identity(after) != _identity(before):
-            raise CheckFailed(f"BEST-3: {at} did not improve but best.pt was "
-                              f"{'written' if before is None else 'rewritten'} (now epoch "
-                              f"{None if after is None else after.epoch})")
+        with ctx.case(f"{name}, {at}"):
+            if v.improved:
+                writes += 1
+                want = (-1, 0) if first else (v.epoch, ends.get(v.epoch))
+                _judge_best_file(at, v, before, after, want)
+            elif _identity(after) != _identity(before):
+                raise CheckFailed(f"BEST-3: {at} did not improve but best.pt was "
+                                  f"{'written' if before is None else 'rewritten'} (now epoch "
+                                  f"{None if after is None else after.epoch})")
     return writes
 
 
@@ -99,9 +108,10 @@ def _judge_best_file(at: str, v: Validation, before: FileSnapshot | None,
     if after is None or after.error:
         raise CheckFailed(f"BEST-3: {at} improved but best.pt "
                           f"{'is missing' if after is None else 'does not load: '}"
-                          f"{'' if after is None else after.error}")
+                          f"{'' if after is None else after.error}", severity="loss")
     if _identity(after) == _identity(before):
-        raise CheckFailed(f"BEST-3: {at} improved but best.pt was not rewritten")
+        raise CheckFailed(f"BEST-3: {at} improved but best.pt was not rewritten",
+                          severity="loss")
     epoch, step = want
     if after.epoch != epoch:
         raise CheckFailed(f"BEST-3: best.pt written for the improvement at {at} says epoch "
@@ -119,20 +129,22 @@ def _judge_best_file(at: str, v: Validation, before: FileSnapshot | None,
 def check_test_sees_best_weights(ctx: CheckContext) -> str:
     """The test pass evaluates the best weights, or the final ones when nothing improved."""
     s = make_scenario("best-test", [0.9, 0.1, 0.2])
-    r = ctx.completed(s).rank0
-    if not r.tests:
-        raise CheckFailed("BEST-4: the test pass did not run")
-    diff = weights_diff(r.validations[0].weights, r.tests[0].weights)
-    if diff is not None:
-        raise CheckFailed(f"BEST-4: the test pass saw other weights than those of epoch 0, "
-                          f"the best: {diff}")
+    with ctx.case(s.name):
+        r = ctx.completed(s).rank0
+        if not r.tests:
+            raise CheckFailed("BEST-4: the test pass did not run")
+        diff = weights_diff(r.validations[0].weights, r.tests[0].weights)
+        if diff is not None:
+            raise CheckFailed(f"BEST-4: the test pass saw other weights than those of epoch "
+                              f"0, the best: {diff}")
     none = make_scenario("best-test-none", [float("nan")] * 3)
-    r = ctx.completed(none).rank0
-    diff = weights_diff(r.final_weights, r.tests[0].weights if r.tests else None)
-    if diff is not None:
-        raise CheckFailed(f"BEST-4: every validation scored NaN, so no improvement could be "
-                          f"recorded, yet the test pass saw other weights than the final ones: "
-                          f"{diff}")
+    with ctx.case(none.name):
+        r = ctx.completed(none).rank0
+        diff = weights_diff(r.final_weights, r.tests[0].weights if r.tests else None)
+        if diff is not None:
+            raise CheckFailed(f"BEST-4: every validation scored NaN, so no improvement could "
+                              f"be recorded, yet the test pass saw other weights than the "
+                              f"final ones: {diff}")
     return "test saw epoch 0's (best) weights; with no improvement, the final weights"
 
 

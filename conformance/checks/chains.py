@@ -93,17 +93,20 @@ def interrupt_and_resume(ctx: CheckContext, clause: str, s: Scenario,
 
 def reachable_pairs(ctx: CheckContext, clause: str, s: Scenario,
                     crashes: tuple[CrashPoint, ...]) -> list[tuple[CrashPoint, ResumePair]]:
-    """:func:`interrupt_and_resume` at each point the run reaches; a point it never reaches
-    is noted as not judged (``n/a`` for the check when no point is reached)."""
+    """:func:`interrupt_and_resume` at each point the run reaches, each a case of the running
+    check (named ``killed at <where> of epoch <e>``, as the check's own case for that point);
+    a point it never reaches is not judged (``n/a`` for the check when no point is)."""
     pairs, skipped = [], []
     for crash in crashes:
-        try:
-            pairs.append((crash, interrupt_and_resume(ctx, clause, s, crash)))
-        except Unreachable as e:
-            skipped.append(str(e))
-    if not pairs:
+        # one case per point: a chain that fails there is reported, and the others still run
+        with ctx.case(f"killed at {crash.where} of epoch {crash.epoch}"):
+            try:
+                pairs.append((crash, interrupt_and_resume(ctx, clause, s, crash)))
+            except Unreachable as e:
+                skipped.append(str(e))
+                raise  # the case is not judged, and says why
+    if not pairs and not ctx.log.failing:
         raise NotApplicable("; ".join(skipped))
-    ctx.notes.extend(skipped)
     return pairs
 
 

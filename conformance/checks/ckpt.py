@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
 from trainspec.conformance.checks.chains import (
@@ -71,37 +72,47 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
                       cfg={"ckpt.every_n_epochs": 2})
     trace = ctx.completed(s)
     r: RankTrace = trace.rank0
-    # the contents first: a file that does not load would read as no file at all below
+    # the contents, file by file; a file that does not load reads as no file at all below
     for f in trace.files:
         if f.role is not None:
-            problem = _content_problem(f)
-            if problem:
-                refused = f.weights_only_error if problem.endswith(f"({f.weights_only_error})") \
-                    else None
-                raise CheckFailed(f"CKPT-1: {f.name} {problem}", cause="" if refused is None
-                                  else f"a checkpoint that does not load weights-only: {refused}")
-    for e in r.train_epochs[1:]:
-        if e.last_file_epoch != e.epoch - 1:
-            raise CheckFailed(f"CKPT-1: when epoch {e.epoch} started, last.pt said epoch "
-                              f"{e.last_file_epoch}; expected {e.epoch - 1} (last.pt is written "
-                              "after every epoch)")
-    periodic = trace.with_role("epoch")
-    epochs = sorted(f.epoch for f in periodic if f.epoch is not None)
-    names = sorted(f.name for f in periodic)
-    if len(periodic) != 3 or epochs != [0, 2, 4]:
-        raise CheckFailed(f"CKPT-1: with ckpt.every_n_epochs=2 over 5 epochs the run wrote "
-                          f"{names} (epochs {epochs}); expected epoch_0.pt, epoch_2.pt, "
-                          "epoch_4.pt holding epochs 0, 2, 4")
-    last = trace.newest("last")
-    if last is None or last.epoch != 4:
-        raise CheckFailed(f"CKPT-1: the final last.pt says epoch "
-                          f"{None if last is None else last.epoch}, expected 4")
-    stopped = _early_stop_file(ctx) if "early_stopping" in ctx.capabilities else ""
+            with ctx.case(f"the contents of {f.name}"):
+                problem = _content_problem(f)
+                if problem:
+                    refused = f.weights_only_error \
+                        if problem.endswith(f"({f.weights_only_error})") else None
+                    raise CheckFailed(f"CKPT-1: {f.name} {problem}", cause="" if refused is None
+                                      else "a checkpoint that does not load weights-only: "
+                                      f"{refused}")
+    with ctx.case("last.pt after every epoch", severity="loss"):
+        for e in r.train_epochs[1:]:
+            if e.last_file_epoch != e.epoch - 1:
+                raise CheckFailed(f"CKPT-1: when epoch {e.epoch} started, last.pt said epoch "
+                                  f"{e.last_file_epoch}; expected {e.epoch - 1} (last.pt is "
+                                  "written after every epoch)")
+    with ctx.case("epoch_<e>.pt on the interval"):
+        periodic = trace.with_role("epoch")
+        epochs = sorted(f.epoch for f in periodic if f.epoch is not None)
+        names = sorted(f.name for f in periodic)
+        if len(periodic) != 3 or epochs != [0, 2, 4]:
+            raise CheckFailed(f"CKPT-1: with ckpt.every_n_epochs=2 over 5 epochs the run wrote "
+                              f"{names} (epochs {epochs}); expected epoch_0.pt, epoch_2.pt, "
+                              "epoch_4.pt holding epochs 0, 2, 4")
+    with ctx.case("the final last.pt", severity="loss"):
+        last = trace.newest("last")
+        if last is None or last.epoch != 4:
+            raise CheckFailed(f"CKPT-1: the final last.pt says epoch "
+                              f"{None if last is None else last.epoch}, expected 4")
+    stopped = ""
+    if "early_stopping" in ctx.capabilities:
+        with ctx.case("the early-stop epoch's file", severity="loss"):
+            stopped = _early_stop_file(ctx)
     off = make_scenario("ckpt-no-last", [0.1, 0.2], cfg={"ckpt.save_last": False})
-    written = sorted(f.name for f in ctx.completed(off).files if f.role in ("last", "epoch"))
-    if written:
-        raise CheckFailed(f"CKPT-1: with ckpt.save_last=false and every_n_epochs unset the "
-                          f"run wrote {written}; expected no last.pt and no epoch_<e>.pt")
+    with ctx.case(off.name):
+        written = sorted(f.name for f in ctx.completed(off).files
+                         if f.role in ("last", "epoch"))
+        if written:
+            raise CheckFailed(f"CKPT-1: with ckpt.save_last=false and every_n_epochs unset the "
+                              f"run wrote {written}; expected no last.pt and no epoch_<e>.pt")
     return "last.pt after each epoch; epoch_0/2/4.pt at every_n_epochs=2; none when off; " \
         f"each loads weights-only with epoch, step, run id, config and every item{stopped}"
 
@@ -139,12 +150,23 @@ def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
     missing_root = ctx.runs.new_ckpt_root("ckpt-missing")  # the run's ckpt.dir
     r = ctx.runs.run(missing, ckpt_root=missing_root).rank0
     missing_text = _error_text(r)
-    if r.status == "completed":
-        raise CheckFailed("CKPT-4: ckpt.load_from=nowhere/missing-ckpt.pt (no such file) "
-                          f"did not raise; the run trained {r.epochs_trained} from scratch")
-    if "missing-ckpt.pt" not in _error_text(r):
-        raise CheckFailed(f"CKPT-4: a missing checkpoint raised without naming the path "
-                          f"tried: {r.error}")
+    with ctx.case("a missing path, as given"):
+        if r.status == "completed":
+            raise CheckFailed("CKPT-4: ckpt.load_from=nowhere/missing-ckpt.pt (no such file) "
+                              f"did not raise; the run trained {r.epochs_trained} from scratch")
+        if "missing-ckpt.pt" not in _error_text(r):
+            raise CheckFailed(f"CKPT-4: a missing checkpoint raised without naming the path "
+                              f"tried: {r.error}")
+    with ctx.case("a corrupt file"):
+        _judge_corrupt(ctx, base)
+    with ctx.case("a missing path, under ckpt.dir"):
+        _judge_under_dir(missing_root, missing_text)
+    return "missing path: error names it as given and under ckpt.dir; truncated file: error " \
+        "names it"
+
+
+def _judge_corrupt(ctx: CheckContext, base: Scenario) -> None:
+    """A checkpoint truncated to half its size raises, naming the file."""
     _, path = source_checkpoint(ctx, "CKPT-4", base)
     root = ctx.runs.new_ckpt_root("ckpt-corrupt")
     corrupt = root / "corrupt-last.pt"
@@ -164,13 +186,15 @@ def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
     if "corrupt-last.pt" not in _error_text(r):
         raise CheckFailed(f"CKPT-4: a truncated checkpoint raised without naming the file: "
                           f"{r.error}")
+
+
+def _judge_under_dir(missing_root: Path, missing_text: str) -> None:
+    """A missing checkpoint's error names the location relative to ckpt.dir too."""
     under_dir = missing_root / "nowhere" / "missing-ckpt.pt"
     if not any(str(p) in missing_text for p in (under_dir, under_dir.resolve())):
         raise CheckFailed(f"CKPT-4: a missing checkpoint (ckpt.load_from=nowhere/missing-ckpt.pt)"
                           f" raised without naming the location relative to ckpt.dir "
                           f"({under_dir}): {_first_line(missing_text)}")
-    return "missing path: error names it as given and under ckpt.dir; truncated file: error " \
-        "names it"
 
 
 def _first_line(text: str) -> str:
@@ -192,10 +216,16 @@ def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
         cases.append((improves, best.name, "best"))
     else:
         ctx.notes.append("the run wrote no best file, so none could be interrupted")
-    done = [what for s, name, role in cases
-            if (what := _torn_writes(ctx, s, name, role)) is not None]
+    done = []
+    for s, name, role in cases:
+        with ctx.case(f"the write of {name or 'the first checkpoint of epoch 2'}",
+                      severity="loss"):
+            what = _torn_writes(ctx, s, name, role)
+            if what is None:  # the run made no such write: not judged, and why
+                raise NotApplicable(ctx.notes.pop())
+            done.append(what)
     if not done:
-        raise NotApplicable("; ".join(ctx.notes))
+        raise NotApplicable("; ".join([*ctx.log.inapplicable, *ctx.notes]))
     return f"killed at 0%, 50% and 100% of {' and of '.join(done)}: every checkpoint name " \
         "still loads"
 
@@ -250,11 +280,13 @@ def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
     for resume in (True, False):
         s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2]), str(evil), resume=resume,
                       name=f"ckpt-malicious-{resume}")
-        ctx.attempted_load(s, evil)
-        if marker.exists():
-            raise CheckFailed(f"CKPT-3: loading {evil.name} ({'resume' if resume else 'finetune'}"
-                              ") executed code embedded in it (it created a marker folder): "
-                              "load with torch.load(weights_only=True)")
+        with ctx.case("resume" if resume else "finetune"):
+            ctx.attempted_load(s, evil)
+            if marker.exists():
+                raise CheckFailed(f"CKPT-3: loading {evil.name} ("
+                                  f"{'resume' if resume else 'finetune'}) executed code "
+                                  "embedded in it (it created a marker folder): load with "
+                                  "torch.load(weights_only=True)")
     return "a checkpoint whose unpickling calls os.mkdir was loaded for resume and finetune: " \
         "the code never ran"
 
@@ -271,28 +303,38 @@ def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
     interrupted = ctx.runs.run(s.replace(name="ckpt-sigterm-term", crash=crash),
                                ckpt_root=root)
     r = interrupted.rank0
-    if r.status == "completed" and r.epochs_trained == whole.epochs_trained:
-        raise CheckFailed("CKPT-5: after SIGTERM during epoch 1 the run went on to the end; "
-                          "expected it to checkpoint and exit")
-    kinds = r.kinds
-    signalled = kinds.index("crash") if "crash" in kinds else len(kinds)
-    writes = [e for e in r.records[signalled:] if isinstance(e, Write)]
-    if not writes:
-        last = interrupted.newest("last")
-        raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process ended "
-                          f"({r.status}: {r.error}) without writing a checkpoint; last.pt says "
-                          f"epoch {None if last is None else last.epoch}. Handle SIGTERM: "
-                          "finish or cut the epoch, save, exit.")
-    _exits_143(r)
-    pair = resume_after(ctx, "CKPT-5", s, interrupted, root, "after SIGTERM during epoch 1")
-    want = [(v.epoch, v.improved, v.stop) for v in whole.validations]
-    seen = combined_decisions(pair)
-    if seen != want or pair.resumed.rank0.epochs_trained[:1] != [pair.ckpt_epoch + 1]:
-        raise CheckFailed(f"CKPT-5: resumed from the checkpoint written on SIGTERM (epoch "
-                          f"{pair.ckpt_epoch}), the run decided {seen} and trained "
-                          f"{pair.resumed.rank0.epochs_trained}; uninterrupted: {want}")
-    _sigterm_writes_last_despite_save_last(ctx)
-    return f"SIGTERM in epoch 1: checkpoint of epoch {pair.ckpt_epoch} written, exit status 143, " \
+    saved, epoch = False, None
+    with ctx.case("a checkpoint written on SIGTERM", severity="loss"):
+        if r.status == "completed" and r.epochs_trained == whole.epochs_trained:
+            raise CheckFailed("CKPT-5: after SIGTERM during epoch 1 the run went on to the end; "
+                              "expected it to checkpoint and exit")
+        kinds = r.kinds
+        signalled = kinds.index("crash") if "crash" in kinds else len(kinds)
+        writes = [e for e in r.records[signalled:] if isinstance(e, Write)]
+        if not writes:
+            last = interrupted.newest("last")
+            raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process ended "
+                              f"({r.status}: {r.error}) without writing a checkpoint; last.pt "
+                              f"says epoch {None if last is None else last.epoch}. Handle "
+                              "SIGTERM: finish or cut the epoch, save, exit.")
+        saved = True
+    with ctx.case("exit status 143"):
+        _exits_143(r)
+    if saved:  # a resume from what SIGTERM left
+        with ctx.case("the resume decides as the uninterrupted run"):
+            pair = resume_after(ctx, "CKPT-5", s, interrupted, root,
+                                "after SIGTERM during epoch 1")
+            want = [(v.epoch, v.improved, v.stop) for v in whole.validations]
+            seen = combined_decisions(pair)
+            epoch = pair.ckpt_epoch
+            if seen != want or pair.resumed.rank0.epochs_trained[:1] != [pair.ckpt_epoch + 1]:
+                raise CheckFailed(f"CKPT-5: resumed from the checkpoint written on SIGTERM "
+                                  f"(epoch {pair.ckpt_epoch}), the run decided {seen} and "
+                                  f"trained {pair.resumed.rank0.epochs_trained}; "
+                                  f"uninterrupted: {want}")
+    with ctx.case("ckpt.save_last=false"):
+        _sigterm_writes_last_despite_save_last(ctx)
+    return f"SIGTERM in epoch 1: checkpoint of epoch {epoch} written, exit status 143, " \
         "resume decided as the uninterrupted run; last.pt written with ckpt.save_last=false"
 
 

@@ -32,22 +32,25 @@ def check_debug_caps_every_split_at_one_batch(ctx: CheckContext) -> str:
     end = epoch.end
     if end is None:
         raise CheckFailed("DBG-1: the debug run trained no complete epoch")
-    if epoch.batches != 1 or epoch.loader_len != 1:
-        raise CheckFailed(f"DBG-1: in debug mode the train split yielded {epoch.batches} "
-                          f"batches with len() {epoch.loader_len}; expected 1 and 1")
+    with ctx.case("train_loader"):
+        if epoch.batches != 1 or epoch.loader_len != 1:
+            raise CheckFailed(f"DBG-1: in debug mode the train split yielded {epoch.batches} "
+                              f"batches with len() {epoch.loader_len}; expected 1 and 1")
     expected = {"val_loader": 1, "test_loader": 1, "eval_loader": 0}
     for name, want in expected.items():
         got_len, got_batches = end.eval_lens.get(name), end.eval_batches.get(name)
         if got_len is None and got_batches is None:
             continue  # the trainer has no such split
-        if (got_len, got_batches) != (want, want):
-            raise CheckFailed(f"DBG-1: in debug mode {name} has len() {got_len} and yielded "
-                              f"{got_batches} batches; expected {want} and {want}"
-                              + (" (an empty split stays empty)" if want == 0 else ""))
-    if end.loader_batch_size != TASK.batch_size:
-        raise CheckFailed(f"DBG-1: the truncated train loader's batch_size reads "
-                          f"{end.loader_batch_size!r}, expected {TASK.batch_size}: "
-                          "other loader attributes must pass through")
+        with ctx.case(name):
+            if (got_len, got_batches) != (want, want):
+                raise CheckFailed(f"DBG-1: in debug mode {name} has len() {got_len} and "
+                                  f"yielded {got_batches} batches; expected {want} and {want}"
+                                  + (" (an empty split stays empty)" if want == 0 else ""))
+    with ctx.case("loader attributes pass through"):
+        if end.loader_batch_size != TASK.batch_size:
+            raise CheckFailed(f"DBG-1: the truncated train loader's batch_size reads "
+                              f"{end.loader_batch_size!r}, expected {TASK.batch_size}: "
+                              "other loader attributes must pass through")
     return "train, val, test: one batch and len() 1; the empty split: 0 and 0; batch_size " \
         "passes through"
 
@@ -55,19 +58,25 @@ def check_debug_caps_every_split_at_one_batch(ctx: CheckContext) -> str:
 @check("DBG-2", requires={"debug", "eval_only"}, covers=("DBG-2.1", "DBG-2.2", "DBG-2.3"))
 def check_debug_caps_epochs_at_one(ctx: CheckContext) -> str:
     """Debug trains one epoch; num_epochs=0 stays eval-only; the caller's config is intact."""
-    r = _run(ctx, debug_scenario("dbg-epochs", num_epochs=3))
-    if r.epochs_trained != [0]:
-        raise CheckFailed(f"DBG-2: debug mode with num_epochs=3 trained epochs "
-                          f"{r.epochs_trained}, expected [0]")
-    user = None if r.end is None or r.end.user_config is None else r.end.user_config.num_epochs
-    if user is not None and user != 3:
-        raise CheckFailed(f"DBG-2: after the debug run the user's config says num_epochs={user}; "
-                          "it was 3. Derive the debug settings in a copy of the config (an "
-                          "effective config for the run); never write to the caller's.")
-    r = _run(ctx, debug_scenario("dbg-zero", num_epochs=0))
-    if r.epochs_trained:
-        raise CheckFailed(f"DBG-2: debug mode with num_epochs=0 trained epochs "
-                          f"{r.epochs_trained}; 0 must stay 0 (eval-only)")
+    with ctx.case("dbg-epochs"):
+        r = _run(ctx, debug_scenario("dbg-epochs", num_epochs=3))
+        if r.epochs_trained != [0]:
+            raise CheckFailed(f"DBG-2: debug mode with num_epochs=3 trained epochs "
+                              f"{r.epochs_trained}, expected [0]")
+    with ctx.case("the caller's config intact"):
+        r = _run(ctx, debug_scenario("dbg-epochs", num_epochs=3))
+        user = None if r.end is None or r.end.user_config is None else \
+            r.end.user_config.num_epochs
+        if user is not None and user != 3:
+            raise CheckFailed(f"DBG-2: after the debug run the user's config says "
+                              f"num_epochs={user}; it was 3. Derive the debug settings in a "
+                              "copy of the config (an effective config for the run); never "
+                              "write to the caller's.")
+    with ctx.case("dbg-zero"):
+        r = _run(ctx, debug_scenario("dbg-zero", num_epochs=0))
+        if r.epochs_trained:
+            raise CheckFailed(f"DBG-2: debug mode with num_epochs=0 trained epochs "
+                              f"{r.epochs_trained}; 0 must stay 0 (eval-only)")
     return "num_epochs=3 trained [0], the caller's config left at 3; num_epochs=0 trained " \
         "nothing"
 
@@ -77,18 +86,21 @@ def check_debug_writes_nothing(ctx: CheckContext) -> str:
     """Debug writes no checkpoint file and turns external logging off."""
     trace = ctx.completed(debug_scenario("dbg-files", num_epochs=2,
                                          **{"ckpt.every_n_epochs": 1}))
-    if trace.files:
-        names = sorted(f.relpath for f in trace.files)[:6]
-        raise CheckFailed(f"DBG-3: debug mode left {len(trace.files)} file(s) in ckpt.dir: "
-                          f"{names}; expected none")
-    for r in trace.ranks:
-        if r.writes:
-            raise CheckFailed(f"DBG-3: debug mode wrote to {r.writes[0].path} (since removed); "
-                              "expected no checkpoint write at all")
-        mode = None if r.setup is None else r.setup.config.wandb_mode
-        if mode is not None and mode != "disabled":
-            raise CheckFailed(f"DBG-3: debug mode left wandb.mode={mode!r}; expected "
-                              "'disabled' (no external logging sink)")
+    with ctx.case("no checkpoint file or write"):
+        if trace.files:
+            names = sorted(f.relpath for f in trace.files)[:6]
+            raise CheckFailed(f"DBG-3: debug mode left {len(trace.files)} file(s) in "
+                              f"ckpt.dir: {names}; expected none")
+        for r in trace.ranks:
+            if r.writes:
+                raise CheckFailed(f"DBG-3: debug mode wrote to {r.writes[0].path} (since "
+                                  "removed); expected no checkpoint write at all")
+    with ctx.case("no external logging"):
+        for r in trace.ranks:
+            mode = None if r.setup is None else r.setup.config.wandb_mode
+            if mode is not None and mode != "disabled":
+                raise CheckFailed(f"DBG-3: debug mode left wandb.mode={mode!r}; expected "
+                                  "'disabled' (no external logging sink)")
     return "no file in ckpt.dir and no write, with ckpt.enable and every_n_epochs=1 asked for"
 
 

@@ -9,13 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from trainspec.conformance.checks.base import (
-    CheckContext,
-    CheckFailed,
-    NotApplicable,
-    RunBroke,
-    check,
-)
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
 from trainspec.conformance.checks.common import (
     describe,
@@ -24,6 +18,7 @@ from trainspec.conformance.checks.common import (
     match_decisions,
     weights_diff,
 )
+from trainspec.conformance.checks.failures import NotApplicable, RunBroke
 from trainspec.conformance.run.records import Validation
 from trainspec.conformance.run.scenario import (
     CrashHow,
@@ -156,15 +151,17 @@ def check_ranks_agree_on_best(ctx: CheckContext) -> str:
     if not trace.completed:
         raise RunBroke(trace, s)
     seen = {r.rank: [(v.epoch, v.improved) for v in r.validations] for r in trace.ranks}
-    if len({tuple(v) for v in seen.values()}) > 1:
-        raise CheckFailed(f"DIST-3: the ranks' (epoch, improved) were {seen}: one verdict per "
-                          f"rank instead of one for all ({describe(s)})")
+    with ctx.case("one verdict for all ranks"):
+        if len({tuple(v) for v in seen.values()}) > 1:
+            raise CheckFailed(f"DIST-3: the ranks' (epoch, improved) were {seen}: one verdict "
+                              f"per rank instead of one for all ({describe(s)})")
     r0 = trace.rank0
     for r in trace.ranks[1:]:
-        diff = weights_diff(r0.best_model, r.best_model)
-        if diff is not None:
-            raise CheckFailed(f"DIST-3: rank {r.rank} holds other best weights than rank 0: "
-                              f"{diff}")
+        with ctx.case(f"rank {r.rank}'s best weights"):
+            diff = weights_diff(r0.best_model, r.best_model)
+            if diff is not None:
+                raise CheckFailed(f"DIST-3: rank {r.rank} holds other best weights than rank "
+                                  f"0: {diff}")
         if r.tests and r0.tests:
             diff = weights_diff(r0.tests[0].weights, r.tests[0].weights)
             if diff is not None:
@@ -208,17 +205,18 @@ def check_ranks_decide_as_one_rank(ctx: CheckContext) -> str:
                          for row in many.scores.epochs)
         one = Scenario(name=f"dist-one-{task.metric}", scores=ScoreScript(epochs=one_rows),
                        config=many.config, task=Task())
-        one_trace = ctx.completed(one).rank0
-        many_trace = _ended(ctx, many)
-        want = [(v.epoch, v.improved, v.stop) for v in one_trace.validations]
-        for r in many_trace.ranks:
-            seen = [(v.epoch, v.improved, v.stop) for v in r.validations]
-            if seen != want or r.status != "completed":
-                pooled = [one.scores.pooled(e, 1) for e in range(len(one_rows))]
-                raise CheckFailed(
-                    f"DIST-6: scored through {task.metric}, rank {r.rank} of {n} decided "
-                    f"(epoch, improved, stop) {seen}; one rank over the same data: {want} "
-                    f"(global scores {fmt_scores(pooled)})")
+        with ctx.case(f"scored through {task.metric}"):
+            one_trace = ctx.completed(one).rank0
+            many_trace = _ended(ctx, many)
+            want = [(v.epoch, v.improved, v.stop) for v in one_trace.validations]
+            for r in many_trace.ranks:
+                seen = [(v.epoch, v.improved, v.stop) for v in r.validations]
+                if seen != want or r.status != "completed":
+                    pooled = [one.scores.pooled(e, 1) for e in range(len(one_rows))]
+                    raise CheckFailed(
+                        f"DIST-6: scored through {task.metric}, rank {r.rank} of {n} decided "
+                        f"(epoch, improved, stop) {seen}; one rank over the same data: {want} "
+                        f"(global scores {fmt_scores(pooled)})")
     return f"{n} ranks decided as 1 rank over the same data, via reduce_mean and torchmetrics"
 
 
@@ -354,21 +352,22 @@ def check_a_lost_rank_fails_every_rank_in_time(ctx: CheckContext) -> str:
     n = ctx.world_size
     bounds = []
     for how in ("sigkill", "stall"):
-        trace, began, timeout_s = _lose_a_rank(ctx, how)
-        bounds.append(timeout_s)
-        for r in trace.ranks[: n - 1]:
-            ended = r.ended_at
-            if r.status == "completed" or ended is None:
-                raise CheckFailed(
-                    f"DIST-5: rank {n - 1} {'died' if how == 'sigkill' else 'stalled'} at "
-                    f"epoch 1 and rank {r.rank} {r.status} without an error "
-                    f"(ddp.timeout_s={timeout_s})", r.detail)
-            if ended - began > timeout_s + 2.0:
-                raise CheckFailed(
-                    f"DIST-5: rank {n - 1} {'died' if how == 'sigkill' else 'stalled'} at "
-                    f"epoch 1 and rank {r.rank} errored only {ended - began:.1f} s later; "
-                    f"ddp.timeout_s={timeout_s} bounds every collective. Pass the timeout to "
-                    "init_process_group.")
+        with ctx.case(f"a rank lost by {how}"):
+            trace, began, timeout_s = _lose_a_rank(ctx, how)
+            bounds.append(timeout_s)
+            for r in trace.ranks[: n - 1]:
+                ended = r.ended_at
+                if r.status == "completed" or ended is None:
+                    raise CheckFailed(
+                        f"DIST-5: rank {n - 1} {'died' if how == 'sigkill' else 'stalled'} at "
+                        f"epoch 1 and rank {r.rank} {r.status} without an error "
+                        f"(ddp.timeout_s={timeout_s})", r.detail)
+                if ended - began > timeout_s + 2.0:
+                    raise CheckFailed(
+                        f"DIST-5: rank {n - 1} {'died' if how == 'sigkill' else 'stalled'} at "
+                        f"epoch 1 and rank {r.rank} errored only {ended - began:.1f} s later; "
+                        f"ddp.timeout_s={timeout_s} bounds every collective. Pass the timeout to "
+                        "init_process_group.")
     return f"a dead and a stalled rank each failed the other {n - 1} rank(s) within " \
         f"ddp.timeout_s ({', '.join(f'{b} s' for b in bounds)})"
 

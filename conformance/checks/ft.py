@@ -53,20 +53,23 @@ def _fresh_start(clause: str, ctx: CheckContext, how: str, s: Scenario, source: 
     if not r.train_epochs:
         raise CheckFailed(f"{clause}: the {how} trained no epoch")
     first = r.train_epochs[0]
-    if first.epoch != 0 or first.start_step != 0:
-        raise CheckFailed(f"{clause}: the {how} started at epoch {first.epoch}, train_step "
-                          f"{first.start_step}; expected epoch 0, step 0 (a new run)")
-    saved, which = _saved_weights(source)
-    diff = weights_diff(saved, first.state.weights)
-    if diff is not None:
-        raise CheckFailed(f"{clause}: the {how} did not start from the weights of the "
-                          f"checkpoint it loaded ({which}): {diff}")
-    scratch = ctx.completed(s.replace(name="ft-scratch")).rank0.train_epochs[0]
-    found = item_difference(scratch.state, first.state)
-    if found is not None:
-        item, diff = found
-        raise CheckFailed(f"{clause}: the {how} started with a restored {item} state, "
-                          f"not a fresh one ({diff}); a finetune restores weights only")
+    with ctx.case("epoch 0, step 0"):
+        if first.epoch != 0 or first.start_step != 0:
+            raise CheckFailed(f"{clause}: the {how} started at epoch {first.epoch}, train_step "
+                              f"{first.start_step}; expected epoch 0, step 0 (a new run)")
+    with ctx.case("the checkpoint's weights"):
+        saved, which = _saved_weights(source)
+        diff = weights_diff(saved, first.state.weights)
+        if diff is not None:
+            raise CheckFailed(f"{clause}: the {how} did not start from the weights of the "
+                              f"checkpoint it loaded ({which}): {diff}")
+    with ctx.case("a fresh optimizer and scheduler"):
+        scratch = ctx.completed(s.replace(name="ft-scratch")).rank0.train_epochs[0]
+        found = item_difference(scratch.state, first.state)
+        if found is not None:
+            item, diff = found
+            raise CheckFailed(f"{clause}: the {how} started with a restored {item} state, "
+                              f"not a fresh one ({diff}); a finetune restores weights only")
 
 
 @check("FT-1", requires={"finetune", "checkpoint"},
@@ -103,9 +106,10 @@ def check_finetune_accepts_a_new_optimizer(ctx: CheckContext) -> str:
              Task(optimizer="sgd", extra_param_group=True, extra_scheduler=True),
              "Adam (the checkpoint's class) with two param groups":
              Task(optimizer="adam", extra_param_group=True)}
-    for i, task in enumerate(cases.values()):
-        # ckpt.resume=false: the model_only route to a finetune is FT-2's matter
-        ctx.completed(with_load(_target(task), path, resume=False, name=f"ft-3-{i}"))
+    for i, (what, task) in enumerate(cases.items()):
+        with ctx.case(what):
+            # ckpt.resume=false: the model_only route to a finetune is FT-2's matter
+            ctx.completed(with_load(_target(task), path, resume=False, name=f"ft-3-{i}"))
     return f"finetuned from a one-group Adam checkpoint with {'; with '.join(cases)}"
 
 
@@ -124,16 +128,17 @@ def check_finetune_tracks_best_afresh(ctx: CheckContext) -> str:
     def decisions(r: RankTrace) -> list[tuple[int, bool, bool]]:
         return [(v.epoch, v.improved, v.stop) for v in r.validations]
 
-    for scores in ([0.3, 0.2, 0.1, 0.05, 0.04], [NAN, 0.3, 0.2, 0.1, 0.05]):
+    for i, scores in enumerate(([0.3, 0.2, 0.1, 0.05, 0.04], [NAN, 0.3, 0.2, 0.1, 0.05])):
         target = make_scenario("ft", scores, cfg={"val.patience": 3})
-        finetune = ctx.completed(with_load(target, path, resume=False, name="ft-4")).rank0
-        scratch = ctx.completed(target.replace(name="ft-scratch")).rank0
-        got, fresh = decisions(finetune), decisions(scratch)
-        if got != fresh:
-            raise CheckFailed(
-                f"FT-4: the finetune decided (epoch, improved, stop) {got}; the same scores "
-                f"from scratch {fresh} ({describe(target)}; the checkpoint's run had best 0.9 "
-                "and ended on 2 non-improvements). A finetune starts the best score, its epoch "
-                "and the patience counter fresh")
+        with ctx.case(["scores all below the checkpoint's best", "a NaN first"][i]):
+            finetune = ctx.completed(with_load(target, path, resume=False, name="ft-4")).rank0
+            scratch = ctx.completed(target.replace(name="ft-scratch")).rank0
+            got, fresh = decisions(finetune), decisions(scratch)
+            if got != fresh:
+                raise CheckFailed(
+                    f"FT-4: the finetune decided (epoch, improved, stop) {got}; the same scores "
+                    f"from scratch {fresh} ({describe(target)}; the checkpoint's run had best "
+                    "0.9 and ended on 2 non-improvements). A finetune starts the best score, its "
+                    "epoch and the patience counter fresh")
     return "decided as runs from scratch do, not from the checkpoint's best 0.9 and its " \
         "patience counter at 2 of 3"

@@ -26,15 +26,18 @@ def check_patience_stops_exactly_on_time(ctx: CheckContext) -> str:
     ]
     stops = []
     for s in cases:
-        stops.append(str(match_decisions("PAT-1", s, ctx.completed(s), what="stop").stop_epoch))
+        with ctx.case(s.name):
+            outcome = match_decisions("PAT-1", s, ctx.completed(s), what="stop")
+            stops.append(str(outcome.stop_epoch))
     if ctx.can("val_first", case="a NaN at val.first with val.patience=1"):
         # the val.first validation counts too: a NaN there exhausts patience 1 before training
         s = make_scenario("pat-stop-first", [0.5, 0.6], first=float("nan"),
                           cfg={"val.patience": 1})
-        trace = ctx.completed(s)
-        _judge_stop_at_first(trace.rank0)
-        match_decisions("PAT-1", s, trace, what="stop")
-        stops.append("none (stopped at val.first)")
+        with ctx.case(s.name):
+            trace = ctx.completed(s)
+            _judge_stop_at_first(trace.rank0)
+            match_decisions("PAT-1", s, trace, what="stop")
+            stops.append("none (stopped at val.first)")
     return f"stopped after epochs {', '.join(stops)}, as p consecutive non-improvements dictate"
 
 
@@ -77,14 +80,17 @@ def check_start_patience_delays_counting(ctx: CheckContext) -> str:
     # epochs 0 and 1 improve during the warm-up: epoch 1 is the best model, epoch 2 stops
     best = make_scenario("pat-start-best", [0.5, 0.9, 0.3, 0.2],
                          cfg={"val.patience": 1, "val.start_patience": 2})
-    trace = ctx.completed(best)
-    _judge_warm_up_best(trace.rank0)
-    match_decisions("PAT-3", best, trace)
+    with ctx.case(best.name):
+        trace = ctx.completed(best)
+        _judge_warm_up_best(trace.rank0)
+        match_decisions("PAT-3", best, trace)
     s = make_scenario("pat-start", [0.5, 0.4, 0.3, 0.2, 0.1],
                       cfg={"val.patience": 1, "val.start_patience": 2})
-    outcome = match_decisions("PAT-3", s, ctx.completed(s), what="stop")
+    stop = None
+    with ctx.case(s.name):
+        stop = match_decisions("PAT-3", s, ctx.completed(s), what="stop").stop_epoch
     return f"with start_patience=2, patience=1 the run stopped after epoch " \
-        f"{outcome.stop_epoch}; epoch 1's improvement, in the warm-up, was the best"
+        f"{stop}; epoch 1's improvement, in the warm-up, was the best"
 
 
 def _judge_warm_up_best(r: RankTrace) -> None:
@@ -111,13 +117,14 @@ def check_unset_patience_never_stops(ctx: CheckContext) -> str:
     if ctx.can("val_first", case="the val.first case"):
         cases.append(make_scenario("pat-unset-first", [0.5, 0.4, 0.3, 0.2], first=0.9))
     for s in cases:
-        r = ctx.completed(s).rank0
-        n = s.get("num_epochs")
-        if r.epochs_trained != list(range(n)) or any(v.stop for v in r.validations):
-            stops = [v.epoch for v in r.validations if v.stop]
-            raise CheckFailed(f"PAT-4: with val.patience unset ({s.name}) the run trained "
-                              f"{r.epochs_trained} of {n} epochs and stopped after {stops}; "
-                              "expected every epoch and no stop")
+        with ctx.case(s.name):
+            r = ctx.completed(s).rank0
+            n = s.get("num_epochs")
+            if r.epochs_trained != list(range(n)) or any(v.stop for v in r.validations):
+                stops = [v.epoch for v in r.validations if v.stop]
+                raise CheckFailed(f"PAT-4: with val.patience unset ({s.name}) the run trained "
+                                  f"{r.epochs_trained} of {n} epochs and stopped after "
+                                  f"{stops}; expected every epoch and no stop")
     with_first = "with and without val.first" if len(cases) > 1 else "without val.first"
     return f"no early stop with patience unset, {with_first}, scores always worse"
 

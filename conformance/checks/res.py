@@ -66,29 +66,31 @@ def check_resume_continues_at_the_next_epoch(ctx: CheckContext) -> str:
     it starts and that it goes on one epoch at a time.
     """
     for crash, pair in _pairs(ctx, "RES-1"):
-        k = pair.checkpoint.epoch
-        step = pair.checkpoint.step
-        if k is None or not isinstance(step, int):
-            raise CheckFailed(f"RES-1: the last.pt left when {_at(crash)} has no integer epoch "
-                              f"and train_step (found epoch={k!r}, train_step={step!r})")
-        reached = next((e.end_step for e in pair.interrupted.rank0.train_epochs
-                        if e.epoch == k), None)
-        if k >= 0 and reached is not None and step != reached:
-            raise CheckFailed(f"RES-1: the last.pt of epoch {k} says train_step {step}, but the "
-                              f"run had taken {reached} optimizer steps by the end of that epoch")
-        r = pair.resumed.rank0
-        trained = r.epochs_trained
-        if not trained:
-            raise CheckFailed(f"RES-1: {_at(crash)} and resumed from last.pt of epoch {k}, the "
-                              f"run trained no epoch; expected to continue at epoch {k + 1}")
-        if trained != list(range(k + 1, k + 1 + len(trained))):
-            raise CheckFailed(f"RES-1: {_at(crash)} and resumed from last.pt of epoch {k}, the "
-                              f"run trained epochs {trained}; expected {k + 1}, {k + 2}, ... "
-                              "(no epoch repeated or skipped)")
-        if r.train_epochs[0].start_step != step:
-            raise CheckFailed(f"RES-1: resumed from last.pt of epoch {k} (train_step {step}), "
-                              f"epoch {k + 1} started at train_step "
-                              f"{r.train_epochs[0].start_step}")
+        with ctx.case(_at(crash)):
+            k = pair.checkpoint.epoch
+            step = pair.checkpoint.step
+            if k is None or not isinstance(step, int):
+                raise CheckFailed(f"RES-1: the last.pt left when {_at(crash)} has no integer epoch "
+                                  f"and train_step (found epoch={k!r}, train_step={step!r})")
+            reached = next((e.end_step for e in pair.interrupted.rank0.train_epochs
+                            if e.epoch == k), None)
+            if k >= 0 and reached is not None and step != reached:
+                raise CheckFailed(f"RES-1: the last.pt of epoch {k} says train_step {step}, but "
+                                  f"the run had taken {reached} optimizer steps by the end of "
+                                  "that epoch")
+            r = pair.resumed.rank0
+            trained = r.epochs_trained
+            if not trained:
+                raise CheckFailed(f"RES-1: {_at(crash)} and resumed from last.pt of epoch {k}, the "
+                                  f"run trained no epoch; expected to continue at epoch {k + 1}")
+            if trained != list(range(k + 1, k + 1 + len(trained))):
+                raise CheckFailed(f"RES-1: {_at(crash)} and resumed from last.pt of epoch {k}, the "
+                                  f"run trained epochs {trained}; expected {k + 1}, {k + 2}, ... "
+                                  "(no epoch repeated or skipped)")
+            if r.train_epochs[0].start_step != step:
+                raise CheckFailed(f"RES-1: resumed from last.pt of epoch {k} (train_step {step}), "
+                                  f"epoch {k + 1} started at train_step "
+                                  f"{r.train_epochs[0].start_step}")
     return f"resumed at k+1 with the saved step after {len(CRASHES)} kills; no epoch repeated"
 
 
@@ -97,20 +99,21 @@ def check_resume_restores_every_registered_item(ctx: CheckContext) -> str:
     """Optimizer and scheduler state at the resume point equal the uninterrupted run's."""
     whole = ctx.completed(res_scenario()).rank0
     for crash, pair in _pairs(ctx, "RES-2"):
-        r = pair.resumed.rank0
-        if not r.train_epochs:
-            continue
-        first = r.train_epochs[0]
-        ref = _epoch(whole, first.epoch)
-        if ref is None:
-            continue
-        found = item_difference(ref.state, first.state)
-        if found is not None:
-            item, diff = found
-            raise CheckFailed(
-                f"RES-2: {_at(crash)} and resumed at epoch {first.epoch}, the {item} state "
-                f"differs from the uninterrupted run ({diff}). Restore every registered "
-                "item's state_dict on resume.")
+        with ctx.case(_at(crash)):
+            r = pair.resumed.rank0
+            if not r.train_epochs:
+                continue
+            first = r.train_epochs[0]
+            ref = _epoch(whole, first.epoch)
+            if ref is None:
+                continue
+            found = item_difference(ref.state, first.state)
+            if found is not None:
+                item, diff = found
+                raise CheckFailed(
+                    f"RES-2: {_at(crash)} and resumed at epoch {first.epoch}, the {item} state "
+                    f"differs from the uninterrupted run ({diff}). Restore every registered "
+                    "item's state_dict on resume.")
     return "optimizer (Adam moments, step) and LR scheduler equal the uninterrupted run's " \
         "at every resume point"
 
@@ -125,23 +128,24 @@ def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
     want = [(v.epoch, v.improved, v.stop) for v in w.validations]
     want_best = whole.newest("best")
     for crash, pair in _pairs(ctx, "RES-3"):
-        k = pair.ckpt_epoch
-        seen = combined_decisions(pair)
-        if seen != want:
-            raise CheckFailed(
-                f"RES-3: {_at(crash)} and resumed from epoch {k}, the run validated "
-                f"(epoch, improved, stop) {seen}; uninterrupted: {want}. Save the best score, "
-                "its epoch and the patience counter with each checkpoint, after the epoch's "
-                "validation.")
-        diff = weights_diff(w.best_model, pair.resumed.rank0.best_model)
-        if diff is not None:
-            raise CheckFailed(f"RES-3: {_at(crash)}, the resumed run ends with other best "
-                              f"weights than the uninterrupted run: {diff}")
-        best = pair.resumed.newest("best")
-        if want_best is not None and (best is None or best.epoch != want_best.epoch):
-            raise CheckFailed(
-                f"RES-3: {_at(crash)}, the newest best.pt says epoch "
-                f"{None if best is None else best.epoch}; uninterrupted: {want_best.epoch}")
+        with ctx.case(_at(crash)):
+            k = pair.ckpt_epoch
+            seen = combined_decisions(pair)
+            if seen != want:
+                raise CheckFailed(
+                    f"RES-3: {_at(crash)} and resumed from epoch {k}, the run validated "
+                    f"(epoch, improved, stop) {seen}; uninterrupted: {want}. Save the best score, "
+                    "its epoch and the patience counter with each checkpoint, after the epoch's "
+                    "validation.")
+            diff = weights_diff(w.best_model, pair.resumed.rank0.best_model)
+            if diff is not None:
+                raise CheckFailed(f"RES-3: {_at(crash)}, the resumed run ends with other best "
+                                  f"weights than the uninterrupted run: {diff}")
+            best = pair.resumed.newest("best")
+            if want_best is not None and (best is None or best.epoch != want_best.epoch):
+                raise CheckFailed(
+                    f"RES-3: {_at(crash)}, the newest best.pt says epoch "
+                    f"{None if best is None else best.epoch}; uninterrupted: {want_best.epoch}")
     return f"same improvements, stop and best weights/best.pt (epoch 1) after {len(CRASHES)} " \
         "kills, one between training and validation, one after an improving epoch's best.pt"
 
@@ -162,18 +166,19 @@ def check_resume_is_bitwise_exact(ctx: CheckContext) -> str:
     whole = ctx.completed(s).rank0
     for crash, pair in reachable_pairs(ctx, "RES-4", s, (
             CrashPoint(where="train_start", epoch=2), CrashPoint(where="val_start", epoch=1))):
-        r = pair.resumed.rank0
-        final = weights_diff(whole.final_weights, r.final_weights)
-        lost = _lost_state(whole, r)
-        if final is not None:
-            raise CheckFailed(f"RES-4: {_at(crash)} and resumed, the final weights differ from "
-                              f"the uninterrupted run ({final}); at the resume point "
-                              f"{lost or 'no recorded part of the state differed'}")
-        if lost is not None:
-            # the probe draws only from torch's generator; a data pipeline drawing from
-            # python's or numpy's would diverge
-            raise CheckFailed(f"RES-4: {_at(crash)} and resumed, the final weights match, but "
-                              f"at the resume point {lost}")
+        with ctx.case(_at(crash)):
+            r = pair.resumed.rank0
+            final = weights_diff(whole.final_weights, r.final_weights)
+            lost = _lost_state(whole, r)
+            if final is not None:
+                raise CheckFailed(f"RES-4: {_at(crash)} and resumed, the final weights differ from "
+                                  f"the uninterrupted run ({final}); at the resume point "
+                                  f"{lost or 'no recorded part of the state differed'}")
+            if lost is not None:
+                # the probe draws only from torch's generator; a data pipeline drawing from
+                # python's or numpy's would diverge
+                raise CheckFailed(f"RES-4: {_at(crash)} and resumed, the final weights match, but "
+                                  f"at the resume point {lost}")
     return "final weights and every RNG state bitwise equal to the uninterrupted run after " \
         "kills at 2 points"
 
@@ -209,21 +214,22 @@ def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
         "an extra registered scheduler": (Task(extra_scheduler=True), "scheduler2"),
     }
     for what, (task, item) in cases.items():
-        s = with_load(base.replace(task=task), path, resume=True, name=f"res-fit-{item}")
-        trace = ctx.run(s)
-        bad = [r for r in trace.ranks if r.status != "completed"]
-        if not bad:
-            raise CheckFailed(f"RES-5: resuming with {what} went on silently; expected an "
-                              f"error naming '{item}' and the way out (finetune)")
-        message = bad[0].error + "\n" + _last_line(bad[0].detail)
-        if item not in message:
-            raise CheckFailed(f"RES-5: resuming with {what} failed without naming '{item}': "
-                              f"{bad[0].error}")
-        if not WAY_OUT.search(message):
-            raise CheckFailed(f"RES-5: resuming with {what} failed without naming the way "
-                              f"out (a finetune: ckpt.model_only / ckpt.resume=false): "
-                              f"{bad[0].error}")
-        _all_or_nothing(what, bad[0])
+        with ctx.case(what):
+            s = with_load(base.replace(task=task), path, resume=True, name=f"res-fit-{item}")
+            trace = ctx.run(s)
+            bad = [r for r in trace.ranks if r.status != "completed"]
+            if not bad:
+                raise CheckFailed(f"RES-5: resuming with {what} went on silently; expected an "
+                                  f"error naming '{item}' and the way out (finetune)")
+            message = bad[0].error + "\n" + _last_line(bad[0].detail)
+            if item not in message:
+                raise CheckFailed(f"RES-5: resuming with {what} failed without naming '{item}': "
+                                  f"{bad[0].error}")
+            if not WAY_OUT.search(message):
+                raise CheckFailed(f"RES-5: resuming with {what} failed without naming the way "
+                                  f"out (a finetune: ckpt.model_only / ckpt.resume=false): "
+                                  f"{bad[0].error}")
+            _all_or_nothing(what, bad[0])
     return "another optimizer, an extra param group and an extra scheduler each raised, " \
         "naming the item and the finetune way out"
 

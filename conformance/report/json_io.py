@@ -8,7 +8,11 @@ which still read). ``root_causes``, ``remedies`` and ``applied_remedies``
 (:mod:`trainspec.conformance.spec.causes`) are optional keys, present when not empty. A clause
 that does not pass may carry a ``cause`` (its reason in the short form other clauses showing
 the same fault share), and ``shared_causes`` lists each cause behind two or more clauses
-(``{"cause": ..., "clauses": [...]}``); both optional, absent in older reports.
+(``{"cause": ..., "clauses": [...]}``); both optional, absent in older reports. Each entry of
+a clause's ``checks`` may carry its ``cases``, every case it judged:
+``{"name", "outcome": "failed" | "passed" | "not judged", "evidence"}``, a failed one with its
+``severity`` (gravest first: crash, loss, wrong, unshown) and, when it has them, ``cause`` and
+``detail``; optional too, and read back when present.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from trainspec.conformance.report.output import write_text
 from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.conformance.spec.printable import printable
 from trainspec.conformance.spec.results import (
+    SEVERITIES,
     VERDICTS,
+    CaseOutcome,
+    CaseResult,
     CheckOutcome,
     CheckResult,
     ClauseResult,
@@ -35,6 +42,7 @@ from trainspec.errors import UsageError
 __all__ = ["from_json", "read_json", "to_json", "write_json"]
 
 _OUTCOMES: tuple[CheckOutcome, ...] = get_args(CheckOutcome)
+_CASE_OUTCOMES: tuple[CaseOutcome, ...] = get_args(CaseOutcome)
 _LEVELS: tuple[Level, ...] = get_args(Level)
 _REPORT_KEYS = ("trainspec", "target", "environment", "conformant", "selected", "clauses",
                 "summary", "duration_s", "complete")
@@ -91,8 +99,7 @@ def _clause_json(clause: ClauseResult) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": clause.id, "level": clause.level, "title": clause.title,
         "verdict": clause.verdict, "evidence": printable(clause.evidence),
-        "checks": [{"name": c.name, "outcome": c.outcome, "duration_s": c.duration_s}
-                   for c in clause.checks],
+        "checks": [_check_json(c) for c in clause.checks],
     }
     if clause.deviation_reason is not None:
         out["deviation_reason"] = printable(clause.deviation_reason)
@@ -105,6 +112,39 @@ def _clause_json(clause: ClauseResult) -> dict[str, Any]:
     if clause.cause:
         out["cause"] = printable(clause.cause)
     return out
+
+
+def _check_json(check: CheckResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": check.name, "outcome": check.outcome,
+                           "duration_s": check.duration_s}
+    if check.cases:
+        out["cases"] = [_case_json(c) for c in check.cases]
+    return out
+
+
+def _case_json(case: CaseResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": printable(case.name), "outcome": case.outcome,
+                           "evidence": printable(case.evidence)}
+    if case.severity is not None:
+        out["severity"] = case.severity
+    if case.cause:
+        out["cause"] = printable(case.cause)
+    if case.detail:
+        out["detail"] = printable(case.detail)
+    return out
+
+
+def _case_from_json(raw: object, source: str, where: str) -> CaseResult:
+    c = _mapping(raw, source, where)
+    outcome, severity = c.get("outcome"), c.get("severity")
+    if outcome not in _CASE_OUTCOMES:
+        raise _bad(source, f"{where}.outcome one of {', '.join(_CASE_OUTCOMES)}", repr(outcome))
+    if severity is not None and severity not in SEVERITIES:
+        raise _bad(source, f"{where}.severity one of {', '.join(SEVERITIES)}", repr(severity))
+    name, evidence, cause, detail = (_optional_str(c, key, where, source) or "" for key in
+                                     ("name", "evidence", "cause", "detail"))
+    return CaseResult(name=name, outcome=outcome, evidence=evidence, severity=severity,
+                      cause=cause, detail=detail)
 
 
 def write_json(report: Report, path: str | Path) -> None:
@@ -134,8 +174,8 @@ def read_json(path: str | Path) -> Report:
 def from_json(data: object, *, source: str = "report") -> Report:
     """Rebuild a :class:`Report` from :func:`to_json`'s output.
 
-    Check results keep their name, outcome and duration (the JSON carries no more); a check
-    that verifies several clauses comes back as one result naming all of them.
+    Check results keep their name, outcome, duration and cases (not their evidence nor detail);
+    a check that verifies several clauses comes back as one result naming all of them.
 
     Raises:
         UsageError: ``data`` is not a complete report (truncated, a key missing or mistyped).
@@ -171,10 +211,12 @@ def from_json(data: object, *, source: str = "report") -> Report:
     return report
 
 
-def _rebuild_checks(entries: list[Mapping[str, Any]],
-                    source: str) -> dict[str, tuple[CheckOutcome, float, tuple[str, ...]]]:
-    """Check name -> (outcome, duration, the clauses it appears under)."""
-    out: dict[str, tuple[CheckOutcome, float, tuple[str, ...]]] = {}
+_Rebuilt = tuple[CheckOutcome, float, tuple[str, ...], tuple[CaseResult, ...]]
+
+
+def _rebuild_checks(entries: list[Mapping[str, Any]], source: str) -> dict[str, _Rebuilt]:
+    """Check name -> (outcome, duration, the clauses it appears under, cases)."""
+    out: dict[str, _Rebuilt] = {}
     for i, entry in enumerate(entries):
         where = f'"clauses"[{i}].checks'
         for j, raw in enumerate(_list(entry.get("checks"), source, where)):
@@ -185,13 +227,16 @@ def _rebuild_checks(entries: list[Mapping[str, Any]],
                 raise _bad(source, f"{where}[{j}].outcome one of {', '.join(_OUTCOMES)}",
                            repr(outcome))
             duration = _number(c.get("duration_s"), source, f"{where}[{j}].duration_s")
-            seen = out.get(name, (outcome, duration, ()))[2]
-            out[name] = (outcome, duration, (*seen, str(entry.get("id"))))
+            seen = out[name][2] if name in out else ()
+            cases = tuple(_case_from_json(k, source, f"{where}[{j}].cases[{n}]")
+                          for n, k in enumerate(_list(c.get("cases", []), source,
+                                                      f"{where}[{j}].cases")))
+            out[name] = (outcome, duration, (*seen, str(entry.get("id"))), cases)
     return out
 
 
 def _clause_from_json(entry: Mapping[str, Any], index: int,
-                      checks: Mapping[str, tuple[CheckOutcome, float, tuple[str, ...]]],
+                      checks: Mapping[str, _Rebuilt],
                       source: str) -> ClauseResult:
     where = f'"clauses"[{index}]'
     level, verdict = entry.get("level"), entry.get("verdict")
@@ -203,9 +248,9 @@ def _clause_from_json(entry: Mapping[str, Any], index: int,
                                       ("deviation_reason", "framework_source", "docs"))
     results = []
     for c in entry["checks"]:
-        outcome, duration, clause_ids = checks[c["name"]]
+        outcome, duration, clause_ids, cases = checks[c["name"]]
         results.append(CheckResult(name=c["name"], clauses=clause_ids, outcome=outcome,
-                                   evidence="", duration_s=duration))
+                                   evidence="", duration_s=duration, cases=cases))
     return ClauseResult(id=_str(entry, "id", source), level=level, title=_str(entry, "title",
                         source), verdict=verdict, evidence=_str(entry, "evidence", source),
                         checks=tuple(results), deviation_reason=reason,

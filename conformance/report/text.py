@@ -2,18 +2,28 @@
 
 Both list the selected clauses and count the others in one line. A clause's evidence line is
 followed by the framework source its adapter points at and by its docs link
-(:func:`cited`), which the report holds as fields of their own.
+(:func:`cited`), which the report holds as fields of their own. The table keeps one line per
+clause, its gravest failing case's evidence, and counts the others; the details (``-v``) and
+the Markdown list every case of a clause that does not pass (:func:`case_lines`): each failing
+case with its evidence, gravest first, then the cases passed and those not judged, with why.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainspec.conformance.report.output import write_text
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.printable import printable
-from trainspec.conformance.spec.results import ClauseResult, Report, Verdict, shared_causes
+from trainspec.conformance.spec.results import (
+    CheckResult,
+    ClauseResult,
+    Report,
+    Verdict,
+    shared_causes,
+)
 from trainspec.errors import UsageError
 
 if TYPE_CHECKING:
@@ -21,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "append_step_summary",
+    "case_lines",
     "cited",
     "format_causes",
     "format_details",
@@ -70,6 +81,14 @@ def to_markdown(report: Report, *, baseline: Comparison | None = None) -> str:
     if causes:
         lines += ["### One cause behind several clauses", "",
                   *(f"- {_cell(line)}" for line in causes), ""]
+    cases = [(c, check) for c in shown if c.verdict != "pass" for check in c.checks
+             if check.outcome not in ("passed", "n/a") and check.cases]
+    if cases:
+        lines += ["### The cases of the clauses that do not pass", ""]
+        for clause, check in cases:
+            lines.append(f"- {clause.id} `{check.name}`: {check.outcome}")
+            lines += [f"  - {_cell(line)}" for line in case_lines(check)]
+        lines.append("")
     if baseline is not None:
         lines += [baseline.to_markdown(), ""]
     return "\n".join(lines)
@@ -105,9 +124,25 @@ _COLORS: dict[Verdict, str] = {"pass": "32", "fail": "31;1", "deviation": "33", 
                                "error": "35;1", "timeout": "35;1"}
 
 
+def case_lines(check: CheckResult) -> list[str]:
+    """A check's cases, one line each: every failing case with its severity and evidence
+    (gravest first), then the cases passed, then those not judged, with why."""
+    def named(name: str, text: str) -> str:
+        return f"{name}: {text}" if name and text else name or text
+
+    lines = [f"failed ({c.severity}): {named(c.name, c.evidence)}" for c in check.failing]
+    passed = [c.name or "the check" for c in check.cases if c.outcome == "passed"]
+    if passed:
+        lines.append(f"passed: {'; '.join(passed)}")
+    lines += [f"not judged: {named(c.name, c.evidence)}" for c in check.cases
+              if c.outcome == "not judged"]
+    return [printable(line) for line in lines]
+
+
 def format_details(report: Report) -> str:
-    """Every check behind a clause that is not ``pass``: its outcome, evidence and detail (a
-    traceback, the stacks of stuck ranks, a property check's reproducer)."""
+    """Every check behind a clause that is not ``pass``: its outcome, every case (each failing
+    one with its evidence and detail: a traceback, the stacks of stuck ranks, a property
+    check's reproducer), or its evidence and detail when it ended before judging any."""
     blocks: dict[str, str] = {}  # by check name: a check behind two clauses shows once
     for clause in report.clauses:
         if clause.verdict == "pass":
@@ -115,9 +150,32 @@ def format_details(report: Report) -> str:
         for c in clause.checks:
             if c.outcome == "passed" or c.name in blocks:
                 continue
-            block = f"--- {', '.join(c.clauses)} {c.name}: {c.outcome}\n{printable(c.evidence)}"
-            blocks[c.name] = block + ("\n" + printable(c.detail.rstrip()) if c.detail else "")
+            head = f"--- {', '.join(c.clauses)} {c.name}: {c.outcome}"
+            if not c.failing:
+                block = f"{head}\n{printable(c.evidence)}"
+                blocks[c.name] = block + ("\n" + printable(c.detail.rstrip()) if c.detail
+                                          else "")
+                continue
+            parts = [head]
+            for case in c.failing:  # each failing case, then its detail, indented
+                parts.append(case_lines(_only(c, case))[0])
+                if case.detail:
+                    parts.append(_indented(printable(case.detail.rstrip())))
+            parts += case_lines(_without_failures(c))
+            blocks[c.name] = "\n".join(parts)
     return "\n\n".join(blocks.values())
+
+
+def _only(check: CheckResult, case: object) -> CheckResult:
+    return replace(check, cases=tuple(c for c in check.cases if c is case))
+
+
+def _without_failures(check: CheckResult) -> CheckResult:
+    return replace(check, cases=tuple(c for c in check.cases if c.outcome != "failed"))
+
+
+def _indented(text: str) -> str:
+    return "\n".join(f"    {line}" for line in text.splitlines())
 
 
 def format_table(report: Report, *, color: bool) -> str:
@@ -177,4 +235,7 @@ def _evidence(clause: ClauseResult) -> str:
         return f"declared deviation: {clause.deviation_reason}; observed: {cited(clause)}"
     if clause.verdict == "pass":
         return clause.note
+    more = sum(len(c.failing) for c in clause.checks if c.outcome == "failed") - 1
+    if more > 0:  # the table shows the gravest; the details and the Markdown list them all
+        return f"{cited(clause)} (and {more} more failing case{'s' if more > 1 else ''})"
     return cited(clause)

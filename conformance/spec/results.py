@@ -13,13 +13,19 @@ from typing import Literal
 from trainspec.conformance.spec.causes import Remedy, RootCause
 
 __all__ = [
+    "SEVERITIES",
     "VERDICTS",
+    "CaseOutcome",
+    "CaseResult",
     "CheckOutcome",
     "CheckResult",
     "ClauseResult",
     "Level",
     "Report",
+    "Severity",
     "Verdict",
+    "common_cause",
+    "gravest_first",
     "normal_cause",
     "shared_causes",
     "to_verdict",
@@ -30,7 +36,16 @@ Level = Literal["MUST", "SHOULD"]
 Verdict = Literal["pass", "fail", "deviation", "n/a", "error", "timeout"]
 CheckOutcome = Literal["passed", "failed", "n/a", "error", "timeout"]
 
+CaseOutcome = Literal["failed", "passed", "not judged"]
+# How grave a failing case is, gravest first: the trainer crashed, hung or died where its
+# scenario asked for none; it lost state or a file (a checkpoint no longer loads, an epoch never
+# saved, the best model gone); it decided or recorded something wrong; a run did not show what
+# its scenario asked (missing evidence). A check's evidence is its gravest failing case's, the
+# earlier declared first among equals.
+Severity = Literal["crash", "loss", "wrong", "unshown"]
+
 VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "deviation", "n/a", "error", "timeout")
+SEVERITIES: tuple[Severity, ...] = ("crash", "loss", "wrong", "unshown")
 
 # A clause's verdict is that of its worst check. A proven violation outranks a check that could
 # not run; a run that hung outranks one the harness broke on; n/a only when nothing else ran.
@@ -38,6 +53,34 @@ _CLAUSE_RANK: dict[CheckOutcome, int] = {"failed": 4, "timeout": 3, "error": 2, 
                                          "n/a": 0}
 _TO_VERDICT: dict[CheckOutcome, Verdict] = {"failed": "fail", "timeout": "timeout",
                                             "error": "error", "passed": "pass", "n/a": "n/a"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseResult:
+    """One case of a check (a scenario, a crash point, a file): how it ended.
+
+    ``evidence`` is the evidence line of a failed case and the reason of one not judged (empty
+    for a pass); ``severity`` and ``cause`` are a failed case's (see :data:`Severity`,
+    :attr:`CheckResult.cause`).
+    """
+
+    name: str
+    outcome: CaseOutcome
+    evidence: str = ""
+    severity: Severity | None = None
+    detail: str = ""
+    cause: str = ""
+
+
+def gravest_first(cases: tuple[CaseResult, ...] | list[CaseResult]) -> list[CaseResult]:
+    """The failed cases, gravest first (their declared order among equals)."""
+    failed = [c for c in cases if c.outcome == "failed"]
+    return sorted(failed, key=lambda c: SEVERITIES.index(c.severity or "wrong"))
+
+
+def common_cause(causes: list[str]) -> str:
+    """The one cause every failing case or check shares; "" when one has none or they differ."""
+    return causes[0] if causes and causes[0] and len(set(causes)) == 1 else ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,8 +99,17 @@ class CheckResult:
     detail: str = ""
     # for an outcome other than passed or n/a: the reason in a short form that other checks
     # showing the same fault share (a run that raised, a checkpoint that does not load, an
-    # adapter error), so reports can group the clauses one cause is behind; "" when none
+    # adapter error), so reports can group the clauses one cause is behind; "" when none (or
+    # when its failing cases stem from different causes)
     cause: str = ""
+    # every case it judged, in the order it judged them: failed (each with its evidence; the
+    # gravest is ``evidence``), passed, and not judged (with why)
+    cases: tuple[CaseResult, ...] = ()
+
+    @property
+    def failing(self) -> list[CaseResult]:
+        """Its failed cases, gravest first."""
+        return gravest_first(self.cases)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,7 +128,9 @@ class ClauseResult:
     # writers show them after the evidence
     framework_source: str | None = None  # the framework code its adapter holds responsible
     docs: str | None = None  # the clause's spec page, for a selected clause that does not pass
-    cause: str = ""  # its worst check's cause (CheckResult.cause), for a clause not passing
+    # for a clause not passing: the cause every one of its failing checks (and so every
+    # failing case) shares, "" when they do not share one
+    cause: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -187,3 +187,12 @@ class WritesBestOnlyWithThePeriodicSave(BaseTrainer):
         if name == "best.pt" and every is not None and self._completed_epoch % every != 0:
             return
         super()._save(name)
+
+
+@mutant_of("check_best_file_follows_improvements",
+           expect="epoch 1 improved but best.pt was not rewritten",
+           proves=("BEST-3.1", "BEST-3.6"))
+class StaleStepAndBestLostOnThePeriod(BestFileStaleStep, WritesBestOnlyWithThePeriodicSave):
+    """Two slips in one clause: best.pt carries a stale step from the first improvement on,
+    and an improvement at an epoch the periodic save skips is never written. The lost best
+    model is the graver and leads the evidence; the stale step is reported too."""
