@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
+from trainspec.conformance.checks import planted
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
 from trainspec.conformance.checks.chains import (
+    SourceRun,
     combined_decisions,
     resume_after,
     source_checkpoint,
+    source_run,
     unreachable,
     with_load,
 )
@@ -226,37 +230,77 @@ def _torn_writes(ctx: CheckContext, s: Scenario, name: str, role: str) -> str | 
     return f"the write of {name}" if name else "the first checkpoint write of an epoch"
 
 
-class _RunsCode:
-    """Unpickling this object calls os.mkdir: a stand-in for any code a pickle can run."""
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[object, tuple[str]]:
-        return (os.mkdir, (self.marker,))
-
-
 @check("CKPT-3", requires={"checkpoint"}, covers=("CKPT-3.1", "CKPT-3.2"))
 def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
-    """A checkpoint crafted to run code when unpickled never runs it, resume or finetune."""
-    root = ctx.runs.new_ckpt_root("ckpt-malicious")
-    marker = root / "code-ran"
-    evil = root / "malicious.pt"
-    # pickling is safe; only unpickling runs __reduce__'s call, and this process never does
-    import torch
+    """A copy of the trainer's own checkpoint, crafted to run code when unpickled, never runs
+    it, resume or finetune.
 
-    torch.save({"epoch": 0, "train_step": 1, "model_state_dict": {},
-                "payload": _RunsCode(str(marker))}, evil)
+    The copy is the trainer's own format (its whole folder, one file the trainer may unpickle
+    crafted at a time: :mod:`~trainspec.conformance.checks.planted`). The marker is looked at
+    first: code that ran is the finding, whatever the run did next; "never ran" is judged
+    only where the trainer opened the crafted file.
+    """
+    source = source_run(ctx, "CKPT-3", make_scenario("ckpt-malicious", [0.1, 0.2]))
+    checkpoint = source.root / source.file.relpath
+    candidates = planted.pickled_files(source.root, checkpoint)
+    if not candidates:
+        raise NotApplicable(f"no file the trainer wrote beside {source.file.name} is a pickle "
+                            "(a torch archive, a pickle): nothing it loads can embed code")
+    tells = planted.atime_tells(ctx.runs.new_ckpt_root("ckpt-malicious-probe"))
+    failures: list[str] = []
+    opened: dict[str, list[str]] = {}
+    beside = Path(source.file.relpath).parent
     for resume in (True, False):
-        s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2]), str(evil), resume=resume,
-                      name=f"ckpt-malicious-{resume}")
-        ctx.attempted_load(s, evil)
-        if marker.exists():
-            raise CheckFailed(f"CKPT-3: loading {evil.name} ({'resume' if resume else 'finetune'}"
-                              ") executed code embedded in it (it created a marker folder): "
-                              "load with torch.load(weights_only=True)")
-    return "a checkpoint whose unpickling calls os.mkdir was loaded for resume and finetune: " \
-        "the code never ran"
+        how = "resume" if resume else "finetune"
+        for crafted in candidates:
+            shown = (crafted.relative_to(beside) if crafted.is_relative_to(beside)
+                     else crafted).as_posix()
+            found, then = _plant_and_load(ctx, source, crafted, resume=resume, tells=tells)
+            if found is True:
+                failures.append(
+                    f"the {how} from a copy of {source.file.name} executed code embedded in "
+                    f"{shown} (it created a marker folder{then}): load with "
+                    "torch.load(weights_only=True)")
+                break
+            if found is False:
+                opened.setdefault(how, []).append(shown)
+    if failures:
+        raise CheckFailed("CKPT-3: " + "; and ".join(failures))
+    unjudged = [how for how in ("resume", "finetune") if how not in opened]
+    if len(unjudged) == 2:
+        raise CheckFailed(f"CKPT-3: neither the resume nor the finetune from a crafted copy of "
+                          f"{source.file.name} opened a crafted file "
+                          f"({', '.join(p.as_posix() for p in candidates)}): nothing shows a "
+                          "load was attempted")
+    ctx.notes.extend(f"the {how}: it opened no crafted file" for how in unjudged)
+    seen = "; ".join(f"{how}: {', '.join(files)}" for how, files in opened.items())
+    return f"copies of its own checkpoint whose pickles call os.mkdir, opened by the trainer " \
+        f"({seen}): the code never ran"
+
+
+def _plant_and_load(ctx: CheckContext, source: SourceRun, crafted: Path, *, resume: bool,
+                    tells: bool) -> tuple[bool | None, str]:
+    """Start a run from a copy of ``source``'s folder with ``crafted`` crafted: True when
+    the embedded code ran (whatever the run did next), False when the trainer opened the
+    crafted file and the code did not run, None when it never opened it; and how the run
+    ended, when it did not complete (", then the run raised ...")."""
+    how = "resume" if resume else "finetune"
+    label = f"ckpt-malicious-{how}-{'-'.join(crafted.parts)}"
+    copy = planted.plant(source.root, ctx.runs.new_ckpt_root(label), crafted)
+    load = copy.root / source.file.relpath
+    s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2]), str(load), resume=resume,
+                  name=label)
+    trace = ctx.runs.run(s)
+    bad = next((r for r in trace.ranks if r.status != "completed"), None)
+    then = "" if bad is None else f", then the run {bad.status}: {bad.error}"
+    if copy.has_run:  # the marker first: the code ran, whatever the run did next
+        return True, then
+    if tells:
+        return (False if copy.was_read() else None), then
+    said = "\n".join(f"{r.error}\n{r.detail}" for r in trace.ranks if r.status != "completed")
+    if trace.completed or planted.reads_show(said, crafted):
+        return False, then
+    return None, then
 
 
 @check("CKPT-5", requires={"checkpoint", "resume"},

@@ -107,7 +107,7 @@ class WritesCheckpointsInPlace(BaseTrainer):
         torch.save(state, path)
 
 
-@mutant_of("check_loading_never_runs_embedded_code", expect="executed code embedded in it",
+@mutant_of("check_loading_never_runs_embedded_code", expect="executed code embedded in last.pt",
            proves=("CKPT-3.1", "CKPT-3.2"))
 class UnsafeCheckpointLoad(BaseTrainer):
     """Loads checkpoints with a full unpickler (weights_only=False), as the seed did."""
