@@ -98,7 +98,9 @@ class VagueCheckpointErrors(BaseTrainer):
             raise RuntimeError("could not load the checkpoint") from None
 
 
-@mutant_of("check_interrupted_write_keeps_the_previous_file", expect="last.pt no longer loads",
+@mutant_of("check_interrupted_write_keeps_the_previous_file",
+           expect="last.pt, which held a complete checkpoint of epoch 1 before the write, no "
+                  "longer loads",
            proves=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
 class WritesCheckpointsInPlace(BaseTrainer):
     """torch.save straight over the old file: a crash mid-write leaves it torn."""
@@ -226,7 +228,8 @@ class PicklesTheConfigAndReadsItBack(BaseTrainer):
 
 
 @mutant_of("check_checkpoint_errors_name_the_file",
-           expect="a truncated checkpoint raised without naming the file",
+           expect="a checkpoint truncated to half its size (corrupt-last.pt) raised without naming "
+                  "the file",
            proves=("CKPT-4.3",))
 class BareUnpicklingError(BaseTrainer):
     """Reads the checkpoint with torch.load alone: a truncated file raises torch's own error,
@@ -323,7 +326,8 @@ class NoCheckpointAtTheEarlyStop(BaseTrainer):
 
 
 @mutant_of("check_interrupted_write_keeps_the_previous_file",
-           expect="of best.pt in epoch 2 (0 bytes), best.pt no longer loads",
+           expect="of best.pt in epoch 2 (0 bytes), best.pt, which held a complete checkpoint of "
+                  "epoch 1 before the write, no longer loads",
            proves=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
 class WritesTheBestFileInPlace(BaseTrainer):
     """Writes last.pt atomically but serializes best.pt in memory and writes the bytes
