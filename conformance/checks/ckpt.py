@@ -246,9 +246,9 @@ def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
             found, then = _plant_and_load(ctx, source, crafted, resume=resume, tells=tells)
             if found is True:
                 failures.append(
-                    f"the {how} from a copy of {source.file.name} executed code embedded in "
-                    f"{shown} (it created a marker folder{then}): load with "
-                    "torch.load(weights_only=True)")
+                    f"the embedded code ran: the {how} from a copy of {source.file.name} "
+                    f"executed code embedded in {shown} (it created a marker folder{then}): "
+                    "load with torch.load(weights_only=True)")
                 break
             if found is False:
                 opened.setdefault(how, []).append(shown)
