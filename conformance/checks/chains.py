@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, RunBroke
+from trainspec.conformance.checks.carried_out import shortfall
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import CrashPoint, Scenario
 from trainspec.conformance.run.trace import Trace
@@ -209,6 +210,10 @@ def source_run(ctx: CheckContext, clause: str, s: Scenario) -> SourceRun:
         raise RunBroke(trace, s)
     last = trace.newest("last")
     if last is None:
+        lacking = shortfall(s, trace)  # a run that did nothing says so, not what it left
+        if lacking is not None:
+            raise CheckFailed(f"{clause}: scenario {s.name!r}: the source run {lacking}, and "
+                              "left no last checkpoint")
         raise CheckFailed(f"{clause}: the source run left no last checkpoint (CKPT-1 asks for "
                           "one every epoch)", cause="no last checkpoint written")
     found = SourceRun(trace=trace, root=root, file=last)
