@@ -276,8 +276,9 @@ def _plant_and_load(ctx: CheckContext, source: SourceRun, crafted: Path, *, resu
     label = f"ckpt-malicious-{how}-{'-'.join(crafted.parts)}"
     copy = planted.plant(source.root, ctx.runs.new_ckpt_root(label), crafted)
     load = copy.root / source.file.relpath
-    s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2]), str(load), resume=resume,
-                  name=label)
+    # epochs beyond the source run's: a resume has some left to train
+    s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2, 0.3, 0.4]), str(load),
+                  resume=resume, name=label)
     trace = ctx.runs.run(s)
     bad = next((r for r in trace.ranks if r.status != "completed"), None)
     then = "" if bad is None else f", then the run {bad.status}: {bad.error}"

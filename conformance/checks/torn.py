@@ -72,10 +72,10 @@ def _torn_writes(ctx: CheckContext, s: Scenario, name: str, failures: list[str])
         written = f"killed after writing {fraction:.0%} of {torn_name} in epoch " \
             f"{_TORN_EPOCH} ({torn[0].bytes} bytes)"
         target = _write_target(trace, torn[0], before)
-        judged = target
+        judged = os.path.basename(target)
         for problem in _kept(target, before, trace.files):
             if problem.startswith("("):  # not judged: the path held no complete file before
-                ctx.notes.append(f"{written}: {target} {problem[1:-1]}")
+                ctx.notes.append(f"{written}: {os.path.basename(target)} {problem[1:-1]}")
             else:
                 failures.append(f"{written}, {problem}: write to a temporary file in the same "
                                 "folder, fsync, then os.replace it over the old one")
@@ -92,28 +92,34 @@ def _files_before(ctx: CheckContext, s: Scenario) -> list[FileRecord] | None:
 
 
 def _same(files: list[FileRecord] | tuple[FileRecord, ...], name: str) -> FileRecord | None:
-    """The file at ``name`` (a path relative to the run's folder) among ``files`` of another
-    run: the same relative path, else the one file of the same name (a trainer that writes
-    into a folder of its own per run names it anew each time)."""
+    """The checkpoint at ``name`` (a path relative to the run's folder) among ``files`` of
+    another run: the checkpoint folder holding it, the same relative path, else the one file
+    of the same name (a trainer that writes into a folder of its own per run names it anew
+    each time)."""
+    holder = [f for f in files if f.role is not None and name.startswith(f.relpath + "/")]
     exact = [f for f in files if f.relpath == name]
     named = [f for f in files if f.name == os.path.basename(name)]
-    return exact[0] if exact else named[0] if len(named) == 1 else None
+    found = holder or exact or (named if len(named) == 1 else [])
+    return max(found, key=lambda f: len(f.relpath)) if found else None
 
 
 def _write_target(trace: Trace, torn: Crash, before: list[FileRecord] | None) -> str:
-    """The name of the path the interrupted write was going to: the target of the rename
-    torn, the checkpoint a temporary file torn before its rename stands for (its name holds
-    the checkpoint's: ``.last.pt.1234.tmp``), else the file torn."""
+    """The path (relative to the run's folder) the interrupted write was going to: the
+    target of the rename torn, the checkpoint a temporary file torn before its rename stands
+    for (its name holds the checkpoint's: ``.last.pt.1234.tmp``), else the file torn."""
     records = trace.rank0.records
     at = records.index(torn)
     previous = next((r for r in reversed(records[:at]) if isinstance(r, Write)), None)
     if isinstance(previous, Write) and previous.via == "rename":
-        return os.path.basename(previous.path)
+        found = [f.relpath for f in trace.files if previous.path.endswith("/" + f.relpath)]
+        return max(found, key=len, default=os.path.basename(previous.path))
     path = torn.path or ""
     if before is None or _same(before, path) is not None:
-        return os.path.basename(path)
-    within = [f.name for f in before if f.role is not None and f.name in os.path.basename(path)]
-    return max(within, key=len, default=os.path.basename(path))
+        return path
+    folder = os.path.dirname(path)
+    within = [f.relpath for f in before if f.role is not None and f.name in os.path.basename(path)
+              and os.path.dirname(f.relpath) == folder]
+    return max(within, key=len, default=path)
 
 
 def _kept(target: str, before: list[FileRecord] | None,
@@ -126,22 +132,24 @@ def _kept(target: str, before: list[FileRecord] | None,
         return ["(is a new path, torn with no previous version to keep: not CKPT-2's matter)"]
     if old is not None and old.error:
         return [f"(did not load before the write either ({old.error}): not judged)"]
+    now = _same(after, target if old is None else old.relpath)
+    shown = os.path.basename(target) if old is None or old.relpath == target else \
+        f"{old.name} (holding {os.path.basename(target)})"
     found = []
-    now = _same(after, target)
     held = "" if old is None or old.epoch is None else f" of epoch {old.epoch}"
     if now is None:
-        found.append(f"{target}, which held a complete checkpoint{held} before the write, "
+        found.append(f"{shown}, which held a complete checkpoint{held} before the write, "
                      "is gone")
     elif now.error:
-        found.append(f"{target}, which held a complete checkpoint{held} before the write, no "
+        found.append(f"{shown}, which held a complete checkpoint{held} before the write, no "
                      f"longer loads ({now.error})")
     elif old is not None and None not in (old.epoch, now.epoch) \
             and now.epoch not in (old.epoch, _TORN_EPOCH):
-        found.append(f"{target} says epoch {now.epoch}; expected {old.epoch} (the previous "
+        found.append(f"{shown} says epoch {now.epoch}; expected {old.epoch} (the previous "
                      f"file) or {_TORN_EPOCH} (the new one, complete)")
     for other in before or []:
         later = _same(after, other.relpath)
-        if other.role is not None and other.name != target and not other.error \
+        if other.role is not None and other is not old and not other.error \
                 and later is not None and later.error:
             found.append(f"{other.name}, which held a complete checkpoint before the write, "
                          f"no longer loads ({later.error})")
