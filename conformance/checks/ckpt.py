@@ -273,12 +273,13 @@ def _plant_and_load(ctx: CheckContext, source: SourceRun, crafted: Path, *, resu
     crafted file and the code did not run, None when it never opened it; and how the run
     ended, when it did not complete (", then the run raised ...")."""
     how = "resume" if resume else "finetune"
-    label = f"ckpt-malicious-{how}-{'-'.join(crafted.parts)}"
-    copy = planted.plant(source.root, ctx.runs.new_ckpt_root(label), crafted)
+    which = "-".join(crafted.parts)
+    copy = planted.plant(source.root, ctx.runs.new_ckpt_root(f"ckpt-malicious-{which}"),
+                         crafted)
     load = copy.root / source.file.relpath
     # epochs beyond the source run's: a resume has some left to train
     s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2, 0.3, 0.4]), str(load),
-                  resume=resume, name=label)
+                  resume=resume, name=f"ckpt-malicious-{how}-{which}")
     trace = ctx.runs.run(s)
     bad = next((r for r in trace.ranks if r.status != "completed"), None)
     then = "" if bad is None else f", then the run {bad.status}: {bad.error}"
