@@ -133,8 +133,9 @@ def _kept(target: str, before: list[FileRecord] | None,
     if old is not None and old.error:
         return [f"(did not load before the write either ({old.error}): not judged)"]
     now = _same(after, target if old is None else old.relpath)
-    shown = os.path.basename(target) if old is None or old.relpath == target else \
-        f"{old.name} (holding {os.path.basename(target)})"
+    inside = old is not None and target.startswith(old.relpath + "/")  # a checkpoint folder
+    shown = f"{old.name} (holding {os.path.basename(target)})" if old is not None and inside \
+        else os.path.basename(target)
     found = []
     held = "" if old is None or old.epoch is None else f" of epoch {old.epoch}"
     if now is None:
