@@ -163,7 +163,7 @@ def test_the_map_counts_sentences_checks_and_mutants_consistently() -> None:
 
 def test_a_check_names_the_scenarios_its_code_and_its_helpers_build() -> None:
     assert scenarios_of(CHECKS["check_resume_refuses_state_that_does_not_fit"]) == (
-        "res-fit", "res-fit-*")
+        "res-fit", "res-fit-*", "res-fit-same")
     assert "res" in scenarios_of(CHECKS["check_resume_keeps_best_and_patience"])  # via a helper
     assert scenarios_of(CHECKS["check_decisions_match_the_oracle"]) == (
         "hypothesis property decisions",)

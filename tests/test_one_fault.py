@@ -102,8 +102,8 @@ def test_one_cause_behind_several_clauses_is_grouped_in_every_report(
     cause once, with the clauses behind it, on its actionable line without escapes."""
     report = _check(harness, "tests.seed_shape.one_fault:ResumeRaises", "RES-1,RES-2,RES-4")
     assert _verdicts(report) == {"RES-1": "fail", "RES-2": "fail", "RES-4": "fail"}
-    cause = "the run raised: RuntimeError: cannot restore the sampler: no 'sampler_state' " \
-        "in the checkpoint"
+    cause = "the trainer's resume raised RuntimeError: cannot restore the sampler: no " \
+        "'sampler_state' in the checkpoint"
     assert {report.clause(c).cause for c in ("RES-1", "RES-2", "RES-4")} == {cause}
     group = f"3 clauses (RES-1, RES-2, RES-4): {cause}"
     assert f"one cause behind several clauses:\n  {group}" in format_table(report, color=False)

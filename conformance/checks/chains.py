@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, RunBroke
+from trainspec.conformance.checks.carried_out import shortfall
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.scenario import CrashPoint, Scenario
 from trainspec.conformance.run.trace import Trace
 
-__all__ = ["ResumePair", "Unreachable", "interrupt_and_resume", "reachable_pairs",
-           "resume_after", "source_checkpoint", "unreachable", "with_load"]
+__all__ = ["ResumePair", "SourceRun", "Unreachable", "from_checkpoint", "interrupt_and_resume",
+           "reachable_pairs", "resume_after", "source_checkpoint", "source_run", "trainer_frame",
+           "unreachable", "with_load"]
 
 # what each crash point means, for the reason a trainer without it is not judged there
 _MEANING = {"train_start": "entering an epoch's training",
@@ -55,8 +58,23 @@ class ResumePair:
 
     @property
     def ckpt_epoch(self) -> int:
+        """The epoch the checkpoint records; where the suite could not read it, the epoch
+        before the one the resumed run trained first (the resume point as the trainer took
+        it: whether that is right is RES-1's matter, said there); -1 when neither is known."""
         epoch = self.checkpoint.epoch
-        return -1 if epoch is None else epoch
+        if epoch is not None:
+            return epoch
+        trained = self.resumed.rank0.epochs_trained
+        return trained[0] - 1 if trained else -1
+
+    @property
+    def unread(self) -> str | None:
+        """Why the suite could not read the checkpoint (None when it could): what a content
+        comparison needing the file then leaves not judged."""
+        if self.checkpoint.error is None and self.checkpoint.epoch is not None:
+            return None
+        why = self.checkpoint.error or "it records no epoch"
+        return f"{self.checkpoint.name} could not be read ({why})"
 
 
 def with_load(s: Scenario, path: str, *, resume: bool, model_only: bool = False,
@@ -112,41 +130,104 @@ def reachable_pairs(ctx: CheckContext, clause: str, s: Scenario,
 
 def resume_after(ctx: CheckContext, clause: str, s: Scenario, interrupted: Trace, root: Path,
                  how: str) -> ResumePair:
-    """Resume ``s`` from the newest last.pt an interrupted run left under ``root``."""
+    """Resume ``s`` from the newest last checkpoint an interrupted run left under ``root``.
+
+    The trainer's own resume always runs, whatever the suite could read of the file: when it
+    raises, its error is the evidence (:func:`from_checkpoint`)."""
     last = interrupted.newest("last")
     if last is None:
-        raise CheckFailed(f"{clause}: {how}, the run left no last.pt to resume from (CKPT-1 "
-                          "asks for one every epoch)", cause="no last.pt written")
-    if last.error:  # not at all, as its trainer loads it (weights-only is CKPT-1's matter)
-        raise CheckFailed(f"{clause}: {how}, the last.pt left does not load: {last.error}",
-                          cause=f"a last.pt that does not load: {last.error}")
+        raise CheckFailed(f"{clause}: {how}, the run left no last checkpoint to resume from "
+                          "(CKPT-1 asks for one every epoch)", cause="no last checkpoint written")
     second = with_load(s, str(root / last.relpath), resume=True, name=f"{s.name}-resumed")
-    resumed = ctx.runs.run(second, ckpt_root=root)
-    if not resumed.completed:
-        raise RunBroke(resumed, second)
+    resumed = from_checkpoint(ctx, clause, second, last, f"{how}, the trainer's resume from",
+                              ckpt_root=root)
     return ResumePair(interrupted=interrupted, checkpoint=last, resumed=resumed,
                       resumed_scenario=second)
 
 
-def source_checkpoint(ctx: CheckContext, clause: str, s: Scenario) -> tuple[Trace, str]:
-    """A completed run of ``s`` and the path of the last.pt it left (for finetunes)."""
+def from_checkpoint(ctx: CheckContext, clause: str, s: Scenario, file: FileRecord, how: str,
+                    *, ckpt_root: Path | None = None) -> Trace:
+    """The run of ``s``, which starts from the trainer's own checkpoint ``file``, ended
+    normally on every rank. When the trainer raised, that error is the evidence, with the
+    trainer's frame: ``"<how> <file> raised <error> (<frame>)"``, grouped under "the trainer's
+    resume raised ..."; a run that broke otherwise (hung, killed, the suite's own fault) is
+    :class:`RunBroke`."""
+    trace = ctx.runs.run(s, ckpt_root=ckpt_root) if ckpt_root is not None else ctx.run(s)
+    if trace.completed:
+        return trace
+    broke = RunBroke(trace, s)
+    bad = broke.rank
+    if bad.status != "raised" or bad.is_ours:
+        raise broke
+    path = str(s.get("ckpt.load_from"))
+    said = bad.error.replace(path, f"<{file.name}>")
+    raise CheckFailed(f"{clause}: {how} {file.name} raised {bad.error}"
+                      f"{trainer_frame(bad.detail)}", broke.detail,
+                      cause=f"the trainer's resume raised {said}")
+
+
+# a traceback's frame: its file, line and function, then the source line shown under it
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)\n(?:[ \t]+([^\n]*\S))?', re.M)
+# frames that are not the trainer's: libraries (torch's load), the standard library, the suite
+_NOT_TRAINER = re.compile(r"/(?:site|dist)-packages/|/lib/python3\.\d+/|<frozen |"
+                          r"/trainspec/conformance/")
+
+
+def trainer_frame(traceback: str) -> str:
+    """Where the trainer raised, from the traceback of the run: its innermost frame outside
+    libraries, the standard library and the suite, as " (at FILE:LINE in FUNC: CODE)"; ""
+    when the traceback shows no frame."""
+    frames = _FRAME.findall(traceback)
+    if not frames:
+        return ""
+    own = [f for f in frames if not _NOT_TRAINER.search(f[0])]
+    file, line, func, code = (own or frames)[-1]
+    shown = f": {code.strip()}" if code.strip() and not set(code.strip()) <= set("^~ ") else ""
+    return f" (at {file}:{line} in {func}{shown})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceRun:
+    """A completed run, the folder it wrote in, and the newest last checkpoint it left there
+    (named as the trainer named it: ``file.relpath``)."""
+
+    trace: Trace
+    root: Path
+    file: FileRecord
+
+    @property
+    def path(self) -> str:
+        return str(self.root / self.file.relpath)
+
+
+def source_run(ctx: CheckContext, clause: str, s: Scenario) -> SourceRun:
+    """A completed run of ``s`` and the last checkpoint it left (for finetunes and for the
+    files CKPT-3 and CKPT-4 make from it), whatever the suite could read of that file."""
     key = "source:" + json.dumps(s.to_json(), sort_keys=True)
     cached = ctx.memo.get(key)
-    if isinstance(cached, tuple):
-        trace, path = cached
-        return trace, path
+    if isinstance(cached, SourceRun):
+        return cached
     root = ctx.runs.new_ckpt_root(f"{s.name}-source")
     trace = ctx.runs.run(s, ckpt_root=root)
     if not trace.completed:
         raise RunBroke(trace, s)
     last = trace.newest("last")
-    if last is None or last.error:
-        raise CheckFailed(f"{clause}: the source run left no loadable last.pt "
-                          f"({'missing' if last is None else last.error})",
-                          cause="no last.pt written" if last is None else
-                          f"a last.pt that does not load: {last.error}")
-    ctx.memo[key] = (trace, str(root / last.relpath))
-    return trace, str(root / last.relpath)
+    if last is None:
+        lacking = shortfall(s, trace)  # a run that did nothing says so, not what it left
+        if lacking is not None:
+            raise CheckFailed(f"{clause}: scenario {s.name!r}: the source run {lacking}, and "
+                              "left no last checkpoint")
+        raise CheckFailed(f"{clause}: the source run left no last checkpoint (CKPT-1 asks for "
+                          "one every epoch)", cause="no last checkpoint written")
+    found = SourceRun(trace=trace, root=root, file=last)
+    ctx.memo[key] = found
+    return found
+
+
+def source_checkpoint(ctx: CheckContext, clause: str, s: Scenario) -> tuple[Trace, str]:
+    """A completed run of ``s`` and the path of the last checkpoint it left (for finetunes)."""
+    found = source_run(ctx, clause, s)
+    return found.trace, found.path
 
 
 def combined_decisions(pair: ResumePair, rank: int = 0) -> list[tuple[int, bool, bool]]:

@@ -6,12 +6,20 @@ import os
 import shutil
 from pathlib import Path
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, NotApplicable, check
+from trainspec.conformance.checks import planted
+from trainspec.conformance.checks import torn as _torn  # noqa: F401 (registers CKPT-2)
+from trainspec.conformance.checks.base import (
+    CheckContext,
+    CheckFailed,
+    NotApplicable,
+    RunBroke,
+    check,
+)
 from trainspec.conformance.checks.chains import (
+    SourceRun,
     combined_decisions,
     resume_after,
-    source_checkpoint,
-    unreachable,
+    source_run,
     with_load,
 )
 from trainspec.conformance.checks.common import make_scenario
@@ -144,31 +152,65 @@ def _error_text(r: RankTrace) -> str:
        covers=("CKPT-4.1", "CKPT-4.2", "CKPT-4.3", "CKPT-4.4"))
 def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
     """A missing checkpoint names the locations tried (as given and under ckpt.dir); a
-    corrupt one names the file."""
+    corrupt one names the file. Both halves run to the end, each failing case reported."""
     base = make_scenario("ckpt-errors", [0.1, 0.2])
+    failures = _missing_path_fails_clearly(ctx, base)
+    failures += _corrupt_files_fail_clearly(ctx, base)
+    if failures:
+        raise CheckFailed("CKPT-4: " + "; and ".join(failures))
+    return "missing path: error names it as given and under ckpt.dir; truncated and garbage " \
+        "files: each error names the file"
+
+
+def _missing_path_fails_clearly(ctx: CheckContext, base: Scenario) -> list[str]:
+    """What is wrong with the error of a run whose ckpt.load_from names no file."""
     missing = with_load(base, "nowhere/missing-ckpt.pt", resume=True, name="ckpt-missing")
     missing_root = ctx.runs.new_ckpt_root("ckpt-missing")  # the run's ckpt.dir
     r = ctx.runs.run(missing, ckpt_root=missing_root).rank0
-    missing_text = _error_text(r)
-    with ctx.case("a missing path, as given"):
-        if r.status == "completed":
-            raise CheckFailed("CKPT-4: ckpt.load_from=nowhere/missing-ckpt.pt (no such file) "
-                              f"did not raise; the run trained {r.epochs_trained} from scratch")
-        if "missing-ckpt.pt" not in _error_text(r):
-            raise CheckFailed(f"CKPT-4: a missing checkpoint raised without naming the path "
-                              f"tried: {r.error}")
-    with ctx.case("a corrupt file"):
-        _judge_corrupt(ctx, base)
-    with ctx.case("a missing path, under ckpt.dir"):
-        _judge_under_dir(missing_root, missing_text)
-    return "missing path: error names it as given and under ckpt.dir; truncated file: error " \
-        "names it"
+    said = _error_text(r)
+    if r.status == "completed":
+        return ["ckpt.load_from=nowhere/missing-ckpt.pt (no such file) did not raise; the run "
+                f"trained {r.epochs_trained} from scratch"]
+    if "missing-ckpt.pt" not in said:
+        return [f"a missing checkpoint raised without naming the path tried: {r.error}"]
+    under_dir = missing_root / "nowhere" / "missing-ckpt.pt"
+    if not any(str(p) in said for p in (under_dir, under_dir.resolve())):
+        return ["a missing checkpoint (ckpt.load_from=nowhere/missing-ckpt.pt) raised without "
+                f"naming the location relative to ckpt.dir ({under_dir}): {_first_line(said)}"]
+    return []
 
 
-def _judge_corrupt(ctx: CheckContext, base: Scenario) -> None:
-    """A checkpoint truncated to half its size raises, naming the file."""
-    _, path = source_checkpoint(ctx, "CKPT-4", base)
+def _corrupt_files_fail_clearly(ctx: CheckContext, base: Scenario) -> list[str]:
+    """What is wrong with the errors of runs from corrupt files the check makes itself: the
+    trainer's own last checkpoint truncated to half (where a source run leaves one), and a
+    file of garbage bytes."""
     root = ctx.runs.new_ckpt_root("ckpt-corrupt")
+    made: dict[str, Path] = {}
+    try:
+        path = source_run(ctx, "CKPT-4", base).path
+    except (CheckFailed, RunBroke) as e:  # a source run that failed is judged elsewhere
+        ctx.notes.append(f"a truncated copy of the trainer's own checkpoint: {e}")
+    else:
+        made["a checkpoint truncated to half its size"] = _truncated_copy(path, root)
+    garbage = root / "garbage-last.pt"
+    garbage.write_bytes(b"not a checkpoint: garbage bytes " * 8)
+    made["a file of garbage bytes"] = garbage
+    failures = []
+    for what, corrupt in made.items():
+        r = ctx.run(with_load(base, str(corrupt), resume=True,
+                              name=f"ckpt-corrupt-{corrupt.stem}")).rank0
+        if r.status == "completed":
+            failures.append(f"{what} ({corrupt.name}) did not raise; the run trained "
+                            f"{r.epochs_trained}")
+        elif corrupt.name not in _error_text(r):
+            failures.append(f"{what} ({corrupt.name}) raised without naming the file: "
+                            f"{r.error}")
+    return failures
+
+
+def _truncated_copy(path: str, root: Path) -> Path:
+    """A copy of the checkpoint at ``path`` (a file, or a framework's folder) under ``root``
+    with every file in it cut to half its size."""
     corrupt = root / "corrupt-last.pt"
     if os.path.isdir(path):  # a framework's checkpoint folder: every file in it is damaged
         shutil.copytree(path, corrupt)
@@ -179,116 +221,86 @@ def _judge_corrupt(ctx: CheckContext, base: Scenario) -> None:
     for part in damaged:
         with part.open("r+b") as f:
             f.truncate(part.stat().st_size // 2)
-    r = ctx.run(with_load(base, str(corrupt), resume=True, name="ckpt-corrupt")).rank0
-    if r.status == "completed":
-        raise CheckFailed("CKPT-4: a checkpoint truncated to half its size did not raise; the "
-                          f"run trained {r.epochs_trained}")
-    if "corrupt-last.pt" not in _error_text(r):
-        raise CheckFailed(f"CKPT-4: a truncated checkpoint raised without naming the file: "
-                          f"{r.error}")
-
-
-def _judge_under_dir(missing_root: Path, missing_text: str) -> None:
-    """A missing checkpoint's error names the location relative to ckpt.dir too."""
-    under_dir = missing_root / "nowhere" / "missing-ckpt.pt"
-    if not any(str(p) in missing_text for p in (under_dir, under_dir.resolve())):
-        raise CheckFailed(f"CKPT-4: a missing checkpoint (ckpt.load_from=nowhere/missing-ckpt.pt)"
-                          f" raised without naming the location relative to ckpt.dir "
-                          f"({under_dir}): {_first_line(missing_text)}")
+    return corrupt
 
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "(no message)"
 
 
-@check("CKPT-2", requires={"checkpoint"}, covers=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
-def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
-    """SIGKILL part-way through a checkpoint write leaves a loadable file at that path: the
-    epoch's first write, and the write of the best file on an improvement.
-
-    The write is seen whatever library makes it (run/writewatch.py): torch.save onto a path,
-    bytes serialized in memory then written, safetensors, a framework's own writer.
-    """
-    cases = [(make_scenario("ckpt-torn", [0.9, 0.1, 0.1, 0.1]), "", "last")]  # last.pt only
-    improves = make_scenario("ckpt-torn-best", [0.1, 0.2, 0.9, 0.3])  # epoch 2 improves
-    best = ctx.completed(improves).newest("best")
-    if best is not None:
-        cases.append((improves, best.name, "best"))
-    else:
-        ctx.notes.append("the run wrote no best file, so none could be interrupted")
-    done = []
-    for s, name, role in cases:
-        with ctx.case(f"the write of {name or 'the first checkpoint of epoch 2'}",
-                      severity="loss"):
-            what = _torn_writes(ctx, s, name, role)
-            if what is None:  # the run made no such write: not judged, and why
-                raise NotApplicable(ctx.notes.pop())
-            done.append(what)
-    if not done:
-        raise NotApplicable("; ".join([*ctx.log.inapplicable, *ctx.notes]))
-    return f"killed at 0%, 50% and 100% of {' and of '.join(done)}: every checkpoint name " \
-        "still loads"
-
-
-def _torn_writes(ctx: CheckContext, s: Scenario, name: str, role: str) -> str | None:
-    """Kill ``s`` inside its first write of epoch 2 (of ``name``, when given) at three
-    points; the write judged, or None (noted) when the run made no such write."""
-    for fraction in (0.0, 0.5, 1.0):
-        crash = CrashPoint(where="write", epoch=2, fraction=fraction, file=name)
-        trace = ctx.run(s.replace(name=f"{s.name}-{fraction}", crash=crash))
-        torn = trace.rank0.crashes
-        if not torn:
-            ctx.notes.append(unreachable(crash, trace))
-            return None
-        what = os.path.basename(torn[0].path or "") or "a checkpoint"
-        written = f"killed after writing {fraction:.0%} of {what} in epoch 2 " \
-            f"({torn[0].bytes} bytes)"
-        for f in trace.files:
-            if f.role is not None and f.error:
-                raise CheckFailed(f"CKPT-2: {written}, {f.name} no longer loads ({f.error}): "
-                                  "write to a temporary file in the same folder, fsync, then "
-                                  "os.replace it over the old one")
-        kept = trace.newest(role)
-        if kept is None or kept.epoch not in (1, 2):
-            raise CheckFailed(f"CKPT-2: {written}, the {role} checkpoint says epoch "
-                              f"{None if kept is None else kept.epoch}; expected epoch 1 (the "
-                              "previous file) or 2 (the new one, complete)")
-    return f"the write of {name}" if name else "the first checkpoint write of an epoch"
-
-
-class _RunsCode:
-    """Unpickling this object calls os.mkdir: a stand-in for any code a pickle can run."""
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[object, tuple[str]]:
-        return (os.mkdir, (self.marker,))
-
-
 @check("CKPT-3", requires={"checkpoint"}, covers=("CKPT-3.1", "CKPT-3.2"))
 def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
-    """A checkpoint crafted to run code when unpickled never runs it, resume or finetune."""
-    root = ctx.runs.new_ckpt_root("ckpt-malicious")
-    marker = root / "code-ran"
-    evil = root / "malicious.pt"
-    # pickling is safe; only unpickling runs __reduce__'s call, and this process never does
-    import torch
+    """A copy of the trainer's own checkpoint, crafted to run code when unpickled, never runs
+    it, resume or finetune.
 
-    torch.save({"epoch": 0, "train_step": 1, "model_state_dict": {},
-                "payload": _RunsCode(str(marker))}, evil)
+    The copy is the trainer's own format (its whole folder, one file the trainer may unpickle
+    crafted at a time: :mod:`~trainspec.conformance.checks.planted`). The marker is looked at
+    first: code that ran is the finding, whatever the run did next; "never ran" is judged
+    only where the trainer opened the crafted file.
+    """
+    source = source_run(ctx, "CKPT-3", make_scenario("ckpt-malicious", [0.1, 0.2]))
+    checkpoint = source.root / source.file.relpath
+    candidates = planted.pickled_files(source.root, checkpoint)
+    if not candidates:
+        raise NotApplicable(f"no file the trainer wrote beside {source.file.name} is a pickle "
+                            "(a torch archive, a pickle): nothing it loads can embed code")
+    tells = planted.atime_tells(ctx.runs.new_ckpt_root("ckpt-malicious-probe"))
+    failures: list[str] = []
+    opened: dict[str, list[str]] = {}
+    beside = Path(source.file.relpath).parent
     for resume in (True, False):
-        s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2]), str(evil), resume=resume,
-                      name=f"ckpt-malicious-{resume}")
-        with ctx.case("resume" if resume else "finetune"):
-            ctx.attempted_load(s, evil)
-            if marker.exists():
-                raise CheckFailed(f"CKPT-3: loading {evil.name} ("
-                                  f"{'resume' if resume else 'finetune'}) executed code "
-                                  "embedded in it (it created a marker folder): load with "
-                                  "torch.load(weights_only=True)")
-    return "a checkpoint whose unpickling calls os.mkdir was loaded for resume and finetune: " \
-        "the code never ran"
+        how = "resume" if resume else "finetune"
+        for crafted in candidates:
+            shown = (crafted.relative_to(beside) if crafted.is_relative_to(beside)
+                     else crafted).as_posix()
+            found, then = _plant_and_load(ctx, source, crafted, resume=resume, tells=tells)
+            if found is True:
+                failures.append(
+                    f"the embedded code ran: the {how} from a copy of {source.file.name} "
+                    f"executed code embedded in {shown} (it created a marker folder{then}): "
+                    "load with torch.load(weights_only=True)")
+                break
+            if found is False:
+                opened.setdefault(how, []).append(shown)
+    if failures:
+        raise CheckFailed("CKPT-3: " + "; and ".join(failures))
+    unjudged = [how for how in ("resume", "finetune") if how not in opened]
+    if len(unjudged) == 2:
+        raise CheckFailed(f"CKPT-3: neither the resume nor the finetune from a crafted copy of "
+                          f"{source.file.name} opened a crafted file "
+                          f"({', '.join(p.as_posix() for p in candidates)}): nothing shows a "
+                          "load was attempted")
+    ctx.notes.extend(f"the {how}: it opened no crafted file" for how in unjudged)
+    seen = "; ".join(f"{how}: {', '.join(files)}" for how, files in opened.items())
+    return f"copies of its own checkpoint whose pickles call os.mkdir, opened by the trainer " \
+        f"({seen}): the code never ran"
+
+
+def _plant_and_load(ctx: CheckContext, source: SourceRun, crafted: Path, *, resume: bool,
+                    tells: bool) -> tuple[bool | None, str]:
+    """Start a run from a copy of ``source``'s folder with ``crafted`` crafted: True when
+    the embedded code ran (whatever the run did next), False when the trainer opened the
+    crafted file and the code did not run, None when it never opened it; and how the run
+    ended, when it did not complete (", then the run raised ...")."""
+    how = "resume" if resume else "finetune"
+    which = "-".join(crafted.parts)
+    copy = planted.plant(source.root, ctx.runs.new_ckpt_root(f"ckpt-malicious-{which}"),
+                         crafted)
+    load = copy.root / source.file.relpath
+    # epochs beyond the source run's: a resume has some left to train
+    s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2, 0.3, 0.4]), str(load),
+                  resume=resume, name=f"ckpt-malicious-{how}-{which}")
+    trace = ctx.runs.run(s)
+    bad = next((r for r in trace.ranks if r.status != "completed"), None)
+    then = "" if bad is None else f", then the run {bad.status}: {bad.error}"
+    if copy.has_run:  # the marker first: the code ran, whatever the run did next
+        return True, then
+    if tells:
+        return (False if copy.was_read() else None), then
+    said = "\n".join(f"{r.error}\n{r.detail}" for r in trace.ranks if r.status != "completed")
+    if trace.completed or planted.reads_show(said, crafted):
+        return False, then
+    return None, then
 
 
 @check("CKPT-5", requires={"checkpoint", "resume"},

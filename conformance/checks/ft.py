@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
-from trainspec.conformance.checks.chains import source_checkpoint, with_load
+from trainspec.conformance.checks.chains import SourceRun, from_checkpoint, source_run, with_load
 from trainspec.conformance.checks.common import (
     describe,
     item_difference,
@@ -18,10 +18,20 @@ __all__: list[str] = []
 NAN = float("nan")
 
 
-def _source(ctx: CheckContext, clause: str) -> tuple[Trace, str]:
+def _source(ctx: CheckContext, clause: str) -> SourceRun:
     # ends on two non-improvements: a finetune that keeps the counter has 1 validation left
-    return source_checkpoint(ctx, clause, make_scenario("ft-source", [0.9, 0.8, 0.85],
-                                                        cfg={"val.patience": 3}))
+    return source_run(ctx, clause, make_scenario("ft-source", [0.9, 0.8, 0.85],
+                                                 cfg={"val.patience": 3}))
+
+
+def _finetune(ctx: CheckContext, clause: str, source: SourceRun, s: Scenario, *,
+              resume: bool, model_only: bool = False, name: str) -> RankTrace:
+    """Rank 0 of ``s`` started from the source run's last checkpoint: the trainer's own load
+    always runs, and when it raises its error is the evidence."""
+    run = with_load(s, source.path, resume=resume, model_only=model_only, name=name)
+    how = "the ckpt.model_only=true run from" if model_only else \
+        "the finetune (ckpt.resume=false) from"
+    return from_checkpoint(ctx, clause, run, source.file, how).rank0
 
 
 def _target(task: Task | None = None) -> Scenario:
@@ -76,20 +86,21 @@ def _fresh_start(clause: str, ctx: CheckContext, how: str, s: Scenario, source: 
        covers=("FT-1.1", "FT-1.2", "FT-1.3", "LOOP-1.2"))
 def check_finetune_starts_a_new_run(ctx: CheckContext) -> str:
     """ckpt.resume=false loads the weights and starts at epoch 0, step 0, fresh optimizer."""
-    source, path = _source(ctx, "FT-1")
+    source = _source(ctx, "FT-1")
     s = _target()
-    r = ctx.completed(with_load(s, path, resume=False, name="ft-1")).rank0
-    _fresh_start("FT-1", ctx, "finetune (ckpt.resume=false)", s, source, r)
+    r = _finetune(ctx, "FT-1", source, s, resume=False, name="ft-1")
+    _fresh_start("FT-1", ctx, "finetune (ckpt.resume=false)", s, source.trace, r)
     return "epoch 0, step 0, the checkpoint's weights, optimizer and scheduler as from scratch"
 
 
 @check("FT-2", requires={"finetune", "resume", "checkpoint"}, covers=("FT-2.1",))
 def check_model_only_restores_weights_only(ctx: CheckContext) -> str:
     """ckpt.model_only=true restores the weights and nothing else, even with ckpt.resume."""
-    source, path = _source(ctx, "FT-2")
+    source = _source(ctx, "FT-2")
     s = _target()
-    r = ctx.completed(with_load(s, path, resume=True, model_only=True, name="ft-2")).rank0
-    _fresh_start("FT-2", ctx, "ckpt.model_only=true run (with ckpt.resume=true)", s, source, r)
+    r = _finetune(ctx, "FT-2", source, s, resume=True, model_only=True, name="ft-2")
+    _fresh_start("FT-2", ctx, "ckpt.model_only=true run (with ckpt.resume=true)", s,
+                 source.trace, r)
     return "with resume=true and model_only=true: epoch 0, step 0, fresh optimizer/scheduler"
 
 
@@ -101,7 +112,7 @@ def check_finetune_accepts_a_new_optimizer(ctx: CheckContext) -> str:
     Judged on "runs without error" alone: where the finetune starts and what it restores are
     FT-1's and FT-2's matter, charged there once.
     """
-    _, path = _source(ctx, "FT-3")
+    source = _source(ctx, "FT-3")
     cases = {"SGD with two param groups and an extra scheduler":
              Task(optimizer="sgd", extra_param_group=True, extra_scheduler=True),
              "Adam (the checkpoint's class) with two param groups":
@@ -109,7 +120,7 @@ def check_finetune_accepts_a_new_optimizer(ctx: CheckContext) -> str:
     for i, (what, task) in enumerate(cases.items()):
         with ctx.case(what):
             # ckpt.resume=false: the model_only route to a finetune is FT-2's matter
-            ctx.completed(with_load(_target(task), path, resume=False, name=f"ft-3-{i}"))
+            _finetune(ctx, "FT-3", source, _target(task), resume=False, name=f"ft-3-{i}")
     return f"finetuned from a one-group Adam checkpoint with {'; with '.join(cases)}"
 
 
@@ -123,7 +134,7 @@ def check_finetune_tracks_best_afresh(ctx: CheckContext) -> str:
     Two score scripts: finite scores all below the checkpoint's best 0.9 (a kept incumbent
     refuses them), and a NaN first (a kept counter, at 2 of 3, runs out at once).
     """
-    _, path = _source(ctx, "FT-4")
+    source = _source(ctx, "FT-4")
 
     def decisions(r: RankTrace) -> list[tuple[int, bool, bool]]:
         return [(v.epoch, v.improved, v.stop) for v in r.validations]
@@ -131,7 +142,7 @@ def check_finetune_tracks_best_afresh(ctx: CheckContext) -> str:
     for i, scores in enumerate(([0.3, 0.2, 0.1, 0.05, 0.04], [NAN, 0.3, 0.2, 0.1, 0.05])):
         target = make_scenario("ft", scores, cfg={"val.patience": 3})
         with ctx.case(["scores all below the checkpoint's best", "a NaN first"][i]):
-            finetune = ctx.completed(with_load(target, path, resume=False, name="ft-4")).rank0
+            finetune = _finetune(ctx, "FT-4", source, target, resume=False, name="ft-4")
             scratch = ctx.completed(target.replace(name="ft-scratch")).rank0
             got, fresh = decisions(finetune), decisions(scratch)
             if got != fresh:

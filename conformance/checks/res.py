@@ -13,8 +13,11 @@ import re
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import (
     ResumePair,
+    SourceRun,
     combined_decisions,
+    from_checkpoint,
     reachable_pairs,
+    source_run,
     with_load,
 )
 from trainspec.conformance.checks.common import item_difference, make_scenario, weights_diff
@@ -67,28 +70,40 @@ def check_resume_continues_at_the_next_epoch(ctx: CheckContext) -> str:
     """
     for crash, pair in _pairs(ctx, "RES-1"):
         with ctx.case(_at(crash)):
+            r = pair.resumed.rank0
+            trained = r.epochs_trained
+            name = pair.checkpoint.name
+            if pair.unread is not None:  # the trainer's resume ran: judged on what it trained
+                ctx.notes.append(f"the epoch and step resumed from when {_at(crash)}: "
+                                 f"{pair.unread}")
+                if not trained:
+                    raise CheckFailed(f"RES-1: {_at(crash)} and resumed from {name}, the run "
+                                      "trained no epoch")
+                if trained != list(range(trained[0], trained[0] + len(trained))):
+                    raise CheckFailed(f"RES-1: {_at(crash)} and resumed from {name}, the run "
+                                      f"trained epochs {trained}; expected one epoch after "
+                                      "another (no epoch repeated or skipped)")
+                continue
             k = pair.checkpoint.epoch
             step = pair.checkpoint.step
             if k is None or not isinstance(step, int):
-                raise CheckFailed(f"RES-1: the last.pt left when {_at(crash)} has no integer epoch "
+                raise CheckFailed(f"RES-1: the {name} left when {_at(crash)} has no integer epoch "
                                   f"and train_step (found epoch={k!r}, train_step={step!r})")
             reached = next((e.end_step for e in pair.interrupted.rank0.train_epochs
                             if e.epoch == k), None)
             if k >= 0 and reached is not None and step != reached:
-                raise CheckFailed(f"RES-1: the last.pt of epoch {k} says train_step {step}, but "
+                raise CheckFailed(f"RES-1: the {name} of epoch {k} says train_step {step}, but "
                                   f"the run had taken {reached} optimizer steps by the end of "
                                   "that epoch")
-            r = pair.resumed.rank0
-            trained = r.epochs_trained
             if not trained:
-                raise CheckFailed(f"RES-1: {_at(crash)} and resumed from last.pt of epoch {k}, the "
+                raise CheckFailed(f"RES-1: {_at(crash)} and resumed from {name} of epoch {k}, the "
                                   f"run trained no epoch; expected to continue at epoch {k + 1}")
             if trained != list(range(k + 1, k + 1 + len(trained))):
-                raise CheckFailed(f"RES-1: {_at(crash)} and resumed from last.pt of epoch {k}, the "
+                raise CheckFailed(f"RES-1: {_at(crash)} and resumed from {name} of epoch {k}, the "
                                   f"run trained epochs {trained}; expected {k + 1}, {k + 2}, ... "
                                   "(no epoch repeated or skipped)")
             if r.train_epochs[0].start_step != step:
-                raise CheckFailed(f"RES-1: resumed from last.pt of epoch {k} (train_step {step}), "
+                raise CheckFailed(f"RES-1: resumed from {name} of epoch {k} (train_step {step}), "
                                   f"epoch {k + 1} started at train_step "
                                   f"{r.train_epochs[0].start_step}")
     return f"resumed at k+1 with the saved step after {len(CRASHES)} kills; no epoch repeated"
@@ -142,10 +157,18 @@ def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
                 raise CheckFailed(f"RES-3: {_at(crash)}, the resumed run ends with other best "
                                   f"weights than the uninterrupted run: {diff}")
             best = pair.resumed.newest("best")
-            if want_best is not None and (best is None or best.epoch != want_best.epoch):
+            if want_best is not None and want_best.epoch is None:
+                ctx.notes.append(f"the best file's epoch: the uninterrupted run's "
+                                 f"{want_best.name} could not be read ({want_best.error})")
+            elif want_best is not None and best is not None and best.error is not None:
+                ctx.notes.append(f"the best file's epoch {_at(crash)}: the resumed run's "
+                                 f"{best.name} could not be read ({best.error})")
+            elif want_best is not None and (best is None or best.epoch != want_best.epoch):
                 raise CheckFailed(
-                    f"RES-3: {_at(crash)}, the newest best.pt says epoch "
-                    f"{None if best is None else best.epoch}; uninterrupted: {want_best.epoch}")
+                    f"RES-3: {_at(crash)}, the newest best file "
+                    f"{'(none)' if best is None else best.name} says epoch "
+                    f"{None if best is None else best.epoch}; uninterrupted: {want_best.name} "
+                    f"of epoch {want_best.epoch}")
     return f"same improvements, stop and best weights/best.pt (epoch 1) after {len(CRASHES)} " \
         "kills, one between training and validation, one after an improving epoch's best.pt"
 
@@ -204,10 +227,8 @@ def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
     """Resuming into another optimizer or an extra scheduler raises, naming item and way out,
     and leaves no item half-restored (the extra scheduler's case: the optimizer and the first
     scheduler fit, the second has no state in the checkpoint)."""
-    from trainspec.conformance.checks.chains import source_checkpoint
-
     base = make_scenario("res-fit", [0.1, 0.2])
-    _, path = source_checkpoint(ctx, "RES-5", base)
+    source = source_run(ctx, "RES-5", base)
     cases = {
         "another optimizer class (Adam -> SGD)": (Task(optimizer="sgd"), "optimizer"),
         "an extra optimizer param group": (Task(extra_param_group=True), "optimizer"),
@@ -215,13 +236,16 @@ def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
     }
     for what, (task, item) in cases.items():
         with ctx.case(what):
-            s = with_load(base.replace(task=task), path, resume=True, name=f"res-fit-{item}")
+            s = with_load(base.replace(task=task), source.path, resume=True,
+                          name=f"res-fit-{item}")
             trace = ctx.run(s)
             bad = [r for r in trace.ranks if r.status != "completed"]
             if not bad:
                 raise CheckFailed(f"RES-5: resuming with {what} went on silently; expected an "
                                   f"error naming '{item}' and the way out (finetune)")
             message = bad[0].error + "\n" + _last_line(bad[0].detail)
+            if item not in message or not WAY_OUT.search(message):
+                _resumes_at_all(ctx, base, source)  # a refusal of the file itself, not of the fit
             if item not in message:
                 raise CheckFailed(f"RES-5: resuming with {what} failed without naming '{item}': "
                                   f"{bad[0].error}")
@@ -232,6 +256,15 @@ def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
             _all_or_nothing(what, bad[0])
     return "another optimizer, an extra param group and an extra scheduler each raised, " \
         "naming the item and the finetune way out"
+
+
+def _resumes_at_all(ctx: CheckContext, base: Scenario, source: SourceRun) -> None:
+    """The trainer resumes from its own file with the same optimizer and schedulers: else its
+    refusals above say nothing of what does not fit, and its own resume's error is the
+    evidence."""
+    same = with_load(base, source.path, resume=True, name="res-fit-same")
+    from_checkpoint(ctx, "RES-5", same, source.file,
+                    "resuming with the same optimizer and schedulers, the trainer's resume from")
 
 
 def _all_or_nothing(what: str, refused: RankTrace) -> None:

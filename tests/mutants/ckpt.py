@@ -98,7 +98,9 @@ class VagueCheckpointErrors(BaseTrainer):
             raise RuntimeError("could not load the checkpoint") from None
 
 
-@mutant_of("check_interrupted_write_keeps_the_previous_file", expect="last.pt no longer loads",
+@mutant_of("check_interrupted_write_keeps_the_previous_file",
+           expect="last.pt, which held a complete checkpoint of epoch 1 before the write, no "
+                  "longer loads",
            proves=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
 class WritesCheckpointsInPlace(BaseTrainer):
     """torch.save straight over the old file: a crash mid-write leaves it torn."""
@@ -107,7 +109,7 @@ class WritesCheckpointsInPlace(BaseTrainer):
         torch.save(state, path)
 
 
-@mutant_of("check_loading_never_runs_embedded_code", expect="executed code embedded in it",
+@mutant_of("check_loading_never_runs_embedded_code", expect="executed code embedded in last.pt",
            proves=("CKPT-3.1", "CKPT-3.2"))
 class UnsafeCheckpointLoad(BaseTrainer):
     """Loads checkpoints with a full unpickler (weights_only=False), as the seed did."""
@@ -226,7 +228,8 @@ class PicklesTheConfigAndReadsItBack(BaseTrainer):
 
 
 @mutant_of("check_checkpoint_errors_name_the_file",
-           expect="a truncated checkpoint raised without naming the file",
+           expect="a checkpoint truncated to half its size (corrupt-last.pt) raised without naming "
+                  "the file",
            proves=("CKPT-4.3",))
 class BareUnpicklingError(BaseTrainer):
     """Reads the checkpoint with torch.load alone: a truncated file raises torch's own error,
@@ -323,7 +326,8 @@ class NoCheckpointAtTheEarlyStop(BaseTrainer):
 
 
 @mutant_of("check_interrupted_write_keeps_the_previous_file",
-           expect="of best.pt in epoch 2 (0 bytes), best.pt no longer loads",
+           expect="of best.pt in epoch 2 (0 bytes), best.pt, which held a complete checkpoint of "
+                  "epoch 1 before the write, no longer loads",
            proves=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
 class WritesTheBestFileInPlace(BaseTrainer):
     """Writes last.pt atomically but serializes best.pt in memory and writes the bytes
@@ -337,3 +341,56 @@ class WritesTheBestFileInPlace(BaseTrainer):
         torch.save(state, buffer)
         with open(path, "wb") as f:
             f.write(buffer.getvalue())
+
+
+@mutant_of("check_loading_never_runs_embedded_code",
+           expect="the embedded code ran: the resume from a copy of last.pt executed code "
+                  "embedded in last.pt (it created a marker folder, then the run raised: "
+                  "ValueError: checksum mismatch",
+           proves=("CKPT-3.1", "CKPT-3.2"))
+class ChecksItsFilesAfterUnpickling(BaseTrainer):
+    """Unpickles its checkpoint fully, and only then checks it against the checksum written
+    beside it: a crafted file's code has run by the time the mismatch is raised."""
+
+    def _write_file(self, path: Path, state: dict[str, Any]) -> None:
+        super()._write_file(path, state)
+        path.with_name(path.name + ".sha256").write_text(_digest(path))
+
+    def _load_checkpoint(self) -> dict[str, Any] | None:
+        load_from = self.cfg.ckpt.load_from
+        if load_from is None:
+            return None
+        path = find_checkpoint(load_from, self.cfg.ckpt.dir)
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        if path.with_name(path.name + ".sha256").read_text() != _digest(path):
+            raise ValueError("checksum mismatch: the checkpoint changed after it was written")
+        return super()._load_checkpoint() if ckpt else None
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@mutant_of("check_interrupted_write_keeps_the_previous_file",
+           expect="of best.pt in epoch 2 (0 bytes), best.pt, which held a complete checkpoint of "
+                  "epoch 1 before the write, no longer loads",
+           proves=("CKPT-2.1", "CKPT-2.2", "CKPT-2.4"))
+class OverwritesTheBestFileInPlace(BaseTrainer):
+    """Writes a numbered file anew every epoch and best.pt, both with torch.save straight onto
+    the path (last.pt atomically): a kill mid-write tears a new numbered file, which had no
+    previous version to lose, and tears the best model in place, which had."""
+
+    def _write_epoch_checkpoints(self) -> None:
+        if self.ckpt_dir is None:
+            return
+        self._save(f"epoch_{self.epoch}.pt")  # the epoch's first write: a new path
+        if self.cfg.ckpt.save_last:
+            self._save("last.pt")
+
+    def _write_file(self, path: Path, state: dict[str, Any]) -> None:
+        if path.name == "last.pt":
+            super()._write_file(path, state)
+        else:
+            torch.save(state, path)

@@ -11,7 +11,8 @@ from trainspec.reference import BaseTrainer
 @mutant_of("check_finetune_starts_a_new_run",
            expect="started with a restored optimizer state, not a fresh one",
            proves=("FT-1.3",))
-@mutant_of("check_finetune_accepts_a_new_optimizer", expect="the run raised: ResumeMismatchError",
+@mutant_of("check_finetune_accepts_a_new_optimizer",
+           expect="the finetune (ckpt.resume=false) from last.pt raised ResumeMismatchError",
            proves=("FT-3.1",))
 class RestoresStateOnFinetune(BaseTrainer):
     """Restores optimizer and scheduler even when the run is a finetune."""
@@ -88,8 +89,8 @@ class FinetuneSkipsWeights(BaseTrainer):
 
 
 @mutant_of("check_finetune_accepts_a_new_optimizer",
-           expect="the run raised: ValueError: loaded state dict has a different number of "
-                  "parameter groups",
+           expect="from last.pt raised ValueError: loaded state dict has a different number "
+                  "of parameter groups",
            proves=("FT-3.1",))
 class FinetuneLoadsAMatchingOptimizerClass(BaseTrainer):
     """On a finetune, restores the optimizer whenever its class matches the checkpoint's,
