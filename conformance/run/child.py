@@ -256,8 +256,11 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
                        ckpt_root=Path(req["ckpt_root"]), events_fd=events_fd, scenario=scenario,
                        job_dir=job_dir)
     ctx.writes.install(scenario.task.slow_writes_s, ctx.slows_writes)
+    from trainspec.conformance.run.reading import trusting
+
     try:
-        adapter.run(scenario, ctx)
+        with trusting(ctx.writes.has_written):  # the trainer's own files: read its own way
+            adapter.run(scenario, ctx)
     except SystemExit as e:
         # sys.exit() and sys.exit(None) mean status 0; a message means status 1 (as Python's)
         code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
