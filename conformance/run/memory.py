@@ -72,9 +72,9 @@ def run_in_fork(adapter: Any, scenario: Scenario, root: Path) -> ForkedRun:
                     adapter.run(scenario, ctx)
             except Exception as e:  # the trainer's: it is the run's outcome
                 error = error_line(e)
-            lines = [json.dumps(to_json(x)) for x in ctx.records]
-            lines.append(json.dumps({"raised": error}))
-            view = memoryview(("\n".join(lines) + "\n").encode())
+            out = [json.dumps(to_json(x)) for x in ctx.records]
+            out.append(json.dumps({"raised": error}))
+            view = memoryview(("\n".join(out) + "\n").encode())
             while view:
                 view = view[os.write(w, view):]
         finally:
