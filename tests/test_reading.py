@@ -10,14 +10,17 @@ import enum
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PosixPath
 from typing import Any
 
 import numpy
 import pytest
 import torch
 
+from tests.worked.template_adapter import TemplateAdapter
+from tests.worked.template_trainer import ConfigParser
 from trainspec import kit
+from trainspec.conformance.api import check
 from trainspec.conformance.run.memory import MemoryContext, run_in_fork
 from trainspec.conformance.run.reading import read_checkpoint, trusting
 from trainspec.conformance.run.scenario import Scenario
@@ -186,3 +189,44 @@ def test_each_forked_run_starts_without_the_previous_runs_registries(tmp_path: P
     with pytest.raises(RuntimeError, match="a previous run's hub is here"):
         adapter.run(scenario, MemoryContext(tmp_path))
     _HUBS.clear()
+
+
+class AllowListedTemplate(TemplateAdapter):
+    """The template's adapter with a hand-made allow-list around its run and its files."""
+
+    def describe_checkpoints(self, root: Path) -> list[kit.FileRecord]:
+        with torch.serialization.safe_globals([ConfigParser, PosixPath]):
+            return super().describe_checkpoints(root)
+
+    def run(self, scenario: kit.Scenario, ctx: kit.RunContext) -> None:
+        with torch.serialization.safe_globals([ConfigParser, PosixPath]):
+            super().run(scenario, ctx)
+
+
+_TEMPLATE_CLAUSES = "LOOP-1,BEST-2,BEST-3,PAT-1,RES-2,RES-3,FT-1,CKPT-2,CKPT-3"
+
+
+@pytest.mark.slow
+def test_a_config_object_with_paths_gets_the_verdicts_a_hand_made_allow_list_gets() -> None:
+    default = check("tests.worked.template_adapter:TemplateAdapter",
+                    clauses=_TEMPLATE_CLAUSES, world_size=1)
+    listed = check("tests.test_reading:AllowListedTemplate", clauses=_TEMPLATE_CLAUSES,
+                   world_size=1)
+    picked = set(_TEMPLATE_CLAUSES.split(","))
+    assert {c.id: (c.verdict, c.evidence) for c in default.clauses if c.id in picked} == \
+        {c.id: (c.verdict, c.evidence) for c in listed.clauses if c.id in picked}
+    # no behaviour clause's evidence is the weights-only refusal (CKPT-1's matter alone)
+    assert not [c.id for c in default.clauses if "weights_only" in c.evidence.lower()
+                or "weights only" in c.evidence.lower()]
+
+
+@pytest.mark.slow
+def test_an_engine_whose_files_need_getattr_has_its_best_files_judged_on_content() -> None:
+    report = check("tests.worked.engine_adapter:EngineAdapter",
+                   clauses="BEST-2,BEST-3,RES-1,RES-2,CKPT-1", world_size=1)
+    got = {c.id: c.verdict for c in report.clauses}
+    assert (got["BEST-2"], got["BEST-3"], got["RES-1"], got["RES-2"]) == (
+        "pass", "pass", "pass", "pass"), {c.id: c.evidence for c in report.clauses}
+    ckpt1 = next(c for c in report.clauses if c.id == "CKPT-1")
+    assert ckpt1.verdict == "fail"
+    assert "does not load with weights_only=True" in ckpt1.evidence
