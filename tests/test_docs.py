@@ -74,7 +74,8 @@ def test_the_api_page_documents_the_package_from_its_docstrings(built_html: Path
                  "trainspec.check", "trainspec.conformance.run.adapter.Adapter",
                  "trainspec.conformance.run.adapter.RunContext", "module-trainspec.kit",
                  "trainspec.conformance.run.shapes.Recorder",
-                 "trainspec.conformance.run.shapes.FileLayout",
+                 "trainspec.conformance.run.layout.FileLayout",
+                 "trainspec.conformance.run.reading.read_checkpoint",
                  "trainspec.conformance.spec.results.Report"):
         assert f'id="{name}"' in html, name
     assert "Keep this validation" in html  # BaseTrainer.save_if_best's docstring

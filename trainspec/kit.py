@@ -13,11 +13,13 @@ typed and documented, what every adapter needs:
   :class:`Validation`, :class:`TestPass`, :class:`RunEnd`, ...);
 - state and files: :func:`plain_weights`, :func:`rng_digests`, :func:`trainer_state`,
   :func:`snapshot_file`, :func:`newest_file`, :class:`FileRecord`, :func:`describe_files`,
-  :func:`load_dict`;
+  :func:`load_dict`; the trainer's own reader, :func:`read_checkpoint` (weights-only, else
+  the file's own classes, else, for a file the run wrote, the adapter's ``load`` or a full
+  unpickle in a process of its own), with :func:`lookup` for nested keys (``"meta.epoch"``);
 - helpers for the common shapes of trainers: :class:`Recorder` (any shape: hooks, callbacks,
-  wrapped methods; 1-based epochs), :class:`FileLayout` (own file names, keys and epoch
-  numbering), :func:`observe` and :func:`frame_locals` (decisions a trainer keeps to
-  itself),
+  wrapped methods; 1-based epochs), :class:`FileLayout` (own file names or folders, nested
+  keys, epoch numbering, and how its files are read), :func:`observe` and
+  :func:`frame_locals` (decisions a trainer keeps to itself),
   :class:`PendingValidation` (verdicts settled by later callbacks), :class:`HookBracket`
   (hooks before and after a framework runner's own).
 
@@ -47,6 +49,8 @@ from trainspec.conformance.run.files import (
     top_level,
 )
 from trainspec.conformance.run.hooks import HookBracket
+from trainspec.conformance.run.layout import CONTENTS, FileLayout, Progress
+from trainspec.conformance.run.reading import CheckpointRead, Loader, lookup, read_checkpoint
 from trainspec.conformance.run.recording import (
     FileContent,
     PendingValidation,
@@ -78,9 +82,6 @@ from trainspec.conformance.run.scenario import (
     default_config,
 )
 from trainspec.conformance.run.shapes import (
-    CONTENTS,
-    FileLayout,
-    Progress,
     Recorder,
     StepCounter,
     frame_locals,
@@ -106,6 +107,7 @@ __all__ = [
     "Adapter",
     "AdapterError",
     "Capability",
+    "CheckpointRead",
     "ConfigSeen",
     "CrashPoint",
     "CrashWhere",
@@ -117,6 +119,7 @@ __all__ = [
     "FileSnapshot",
     "HookBracket",
     "ItemsOnRaise",
+    "Loader",
     "NamesFrameworkSources",
     "NamesRootCauses",
     "PendingValidation",
@@ -144,10 +147,12 @@ __all__ = [
     "file_record",
     "frame_locals",
     "load_dict",
+    "lookup",
     "newest_file",
     "observe",
     "plain_weights",
     "pool_with_torchmetrics",
+    "read_checkpoint",
     "rng_digests",
     "scripted_score",
     "snapshot_file",

@@ -1,10 +1,12 @@
 """Property checks: hypothesis-generated score sequences and configs against the oracle.
 
-A property runs inside one forked worker child, next to the trainer, so each example costs a
-trainer run (milliseconds) rather than a round trip to a new process; the whole property is
-still bounded and killable like any run. Examples are derandomized: the same trainer gets the
-same verdict every time. A failure comes back shrunk, with the falsifying scenario as JSON and a
-ready-to-run reproducer.
+A property runs inside one forked worker child, next to the trainer, and each example in a
+process forked from it (one process per run, as the contract promises: a framework's
+process-wide registries never carry from one example to the next), so an example costs a
+trainer run and a fork (milliseconds) rather than a round trip to a new process; the whole
+property is still bounded and killable like any run. Examples are derandomized: the same
+trainer gets the same verdict every time. A failure comes back shrunk, with the falsifying
+scenario as JSON and a ready-to-run reproducer.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from trainspec.conformance.checks.base import CheckFailed
 from trainspec.conformance.checks.carried_out import shortfall
 from trainspec.conformance.checks.common import fmt_scores, label, match_decisions, same_weights
 from trainspec.conformance.run.adapter import CAPABILITIES
-from trainspec.conformance.run.memory import MemoryContext
+from trainspec.conformance.run.memory import run_in_fork
 from trainspec.conformance.run.records import Done
 from trainspec.conformance.run.scenario import Scenario, ScoreScript
 from trainspec.conformance.run.trace import Trace, parse_rank
@@ -141,14 +143,13 @@ def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -
         count += 1
         root = Path(tempfile.mkdtemp(prefix="trainspec-prop-"))
         try:
-            ctx = MemoryContext(root)
-            try:
-                adapter.run(scenario, ctx)
-            except Exception as e:
-                raise CheckFailed(f"{spec.clause}: the run raised {type(e).__name__}: {e}") \
-                    from e
+            # one process per example, forked from this warm one: no example sees another's
+            # process state (registries keyed by time, patched functions)
+            run = run_in_fork(adapter, scenario, root)
+            if run.error is not None:
+                raise CheckFailed(f"{spec.clause}: the run raised {run.error}")
             # the adapter's run returned: Done, as a child records it
-            rank = parse_rank(0, [*ctx.records, Done()], "completed", "", "")
+            rank = parse_rank(0, [*run.records, Done()], "completed", "", "")
             trace = Trace(scenario_name=scenario.name, ranks=(rank,))
             spec.judge(scenario, trace)
             lacking = shortfall(scenario, trace)  # a match with nothing recorded is no match

@@ -107,7 +107,7 @@ def plain_problems(s: Scenario, trace: Trace, capabilities: frozenset[Capability
     broken = run_problem(s, r)
     if broken is not None:
         return [broken]
-    out = _record_problems(r, capabilities)
+    out = _record_problems(r, capabilities, trace)
     epochs = _epoch_problems(s, r)
     out += epochs
     if not epochs:  # a score is looked up by its epoch: wrong epochs, wrong lookups
@@ -119,13 +119,23 @@ def plain_problems(s: Scenario, trace: Trace, capabilities: frozenset[Capability
     return out
 
 
-def _record_problems(r: RankTrace, capabilities: frozenset[Capability]) -> list[Problem]:
+def _record_problems(r: RankTrace, capabilities: frozenset[Capability],
+                     trace: Trace) -> list[Problem]:
     out = []
+    best_files = [f for f in trace.files if f.role == "best"]
+    unread = next((f for f in best_files if f.error), None)
     if r.setup is None:
         out.append(Problem(topic="records", what="no Setup recorded", fix="record Setup(epoch, "
                            "train_step, train_len) once the trainer is built, after any "
                            "checkpoint is loaded (kit: Recorder.setup)"))
-    if r.end is not None and r.end.best_model is None:
+    if r.end is not None and r.end.best_model is None and best_files and unread is not None \
+            and all(f.error for f in best_files):
+        out.append(Problem(topic="files", what=f"RunEnd.best_model is None because the best "
+                           f"file {unread.relpath} does not load as the trainer reads it "
+                           f"({unread.error})", fix="give the trainer's own reader "
+                           "(kit: FileLayout(load=...), or modules=(...) for the packages "
+                           "whose classes it holds)"))
+    elif r.end is not None and r.end.best_model is None:
         out.append(Problem(topic="records", what="RunEnd.best_model is None: BEST-2, NAN-1 and "
                            "NAN-2 compare it with the best validation's weights",
                            fix="report the best weights the trainer keeps: in memory, or those "
@@ -243,6 +253,11 @@ def _file_problems(trace: Trace) -> list[Problem]:
                                "epoch_<e>.pt, or describe your own names in "
                                "describe_checkpoints(root) (kit: FileLayout(roles={...}))"))
     out += _file_epoch_problems(trace)
+    out += [Problem(topic="files", what=f"{f.relpath} ({f.role}) does not load as the trainer "
+                    f"reads it: {f.error}", fix="if the trainer itself loads it, give its "
+                    "reader (kit: FileLayout(load=...), or modules=(...)); if not, it is the "
+                    "trainer's fault, which the checks will judge (nothing in it can be read)")
+            for f in trace.files if f.role in ("last", "best") and f.error]
     last_files = [f for f in trace.files if f.role == "last" and not f.error]
     if last_files and len(r.train_epochs) > 1 and all(
             e.last_file_epoch is None for e in r.train_epochs[1:]):

@@ -8,6 +8,7 @@ files a run left (:func:`describe_files`), both as JSON-able data.
 from __future__ import annotations
 
 import json
+import os
 import reprlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ from trainspec.conformance.run.adapter import (
 from trainspec.conformance.run.protocol import JSON, Description
 from trainspec.errors import AdapterError
 
-__all__ = ["describe_adapter", "describe_files"]
+__all__ = ["describe_adapter", "describe_files", "written_paths"]
 
 
 def describe_adapter(adapter: object) -> Description:
@@ -109,17 +110,45 @@ def _sources(declared: object) -> dict[str, str]:
     return dict(declared)
 
 
-def describe_files(adapter: object, root: Path) -> tuple[JSON, ...]:
-    """The adapter's description of the files a run left (the seed's names by default).
+def written_paths(events: Path) -> frozenset[str]:
+    """The paths a run's records say it wrote (its ``write`` records), resolved."""
+    found: set[str] = set()
+    try:
+        lines = events.read_text(errors="replace").splitlines()
+    except OSError:
+        return frozenset()
+    for line in lines:
+        if '"ev": "write"' not in line[:40]:
+            continue
+        try:
+            path = json.loads(line).get("path")
+        except (ValueError, AttributeError):
+            continue  # a line cut by a kill
+        if isinstance(path, str):
+            found.add(os.path.abspath(path))
+    return frozenset(found)
+
+
+def describe_files(adapter: object, root: Path,
+                   written: frozenset[str] = frozenset()) -> tuple[JSON, ...]:
+    """The adapter's description of the files a run left (the seed's names by default);
+    ``written``, the paths the run wrote, are read by the trainer's own reader
+    (:func:`~trainspec.conformance.run.reading.trusting`).
 
     Raises:
         TypeError: the description is not JSON (it crosses a process boundary as JSON).
     """
     from trainspec.conformance.run.files import FileRecord, describe_seed_files
+    from trainspec.conformance.run.reading import trusting
 
-    entries: Sequence[object] = (
-        adapter.describe_checkpoints(root) if isinstance(adapter, DescribesCheckpoints)
-        else describe_seed_files(root))
+    def was_written(path: Path) -> bool:
+        full = os.path.abspath(path)
+        return full in written or any(p.startswith(full + os.sep) for p in written)
+
+    with trusting(was_written):
+        entries: Sequence[object] = (
+            adapter.describe_checkpoints(root) if isinstance(adapter, DescribesCheckpoints)
+            else describe_seed_files(root))
     out = []
     for entry in entries:
         # a FileRecord, or a JSON description validated field by field

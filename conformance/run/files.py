@@ -10,19 +10,17 @@ reads one vocabulary.
 
 The file format never gates behaviour: resume, finetune and best-file checks judge what a file
 holds whatever its format, and whether it loads with ``torch.load(weights_only=True)`` is a fact
-of its own (``weights_only_error``), judged under CKPT-1 alone. :func:`read_checkpoint` loads a
-file weights-only first and, when that refuses the objects it holds (a config dataclass, a
-``DictConfig``, an ``argparse`` namespace pickled into every checkpoint), again with the file's
-own classes allowed: the trainer's objects are rebuilt as its own loading rebuilds them, while a
-pickle that would call a function (``os.mkdir``, ``eval``) or reach for the system is still
-refused, so embedded code stays CKPT-3's matter and never runs. It runs in a worker or a run's
-child, which already run the trainer's code; the suite's own process never unpickles anything.
+of its own (``weights_only_error``), judged under CKPT-1 alone. Files are read by the trainer's
+own reader (:mod:`trainspec.conformance.run.reading`): weights-only, else with the file's own
+classes and plain data, else (a file the trainer wrote in the run, never one the suite planted)
+by the adapter's ``load`` or a full unpickle in a process forked for it. It runs in a worker or
+a run's child, which already run the trainer's code; the suite's own process never unpickles
+anything.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,11 +28,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainspec.conformance.run.jsonfields import FieldReader, RecordError
-from trainspec.conformance.spec.printable import strip_escapes
+from trainspec.conformance.run.reading import (
+    CheckpointRead,
+    actionable_line,
+    error_line,
+    read_checkpoint,
+)
 
-__all__ = ["ROLES", "FileRecord", "Role", "actionable_line", "as_int", "describe_files",
-           "describe_seed_files", "error_line", "file_record", "load_dict", "read_checkpoint",
-           "seed_role", "top_level"]
+__all__ = ["ROLES", "CheckpointRead", "FileRecord", "Role", "actionable_line", "as_int",
+           "describe_files", "describe_seed_files", "error_line", "file_record", "load_dict",
+           "read_checkpoint", "seed_role", "top_level"]
 
 Role = Literal["last", "best", "epoch"]
 ROLES: tuple[Role, ...] = ("last", "best", "epoch")
@@ -121,34 +124,6 @@ def as_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-# a line that says what went wrong ("Unsupported global: ...", "Trying to load unsupported
-# GLOBAL posix.mkdir"), as against the advice around it ("This file can still be loaded")
-_SAYS_WHAT = re.compile(r"\berror\s*:|unsupported|not allowed|^\w*(?:Error|Exception)\b",
-                        re.IGNORECASE)
-
-
-def actionable_line(message: str, *, max_chars: int = 300) -> str:
-    """The line of a (multi-line) error message that says what went wrong, without terminal
-    escapes: the first line, unless a later one names the error itself; then the first
-    line's first sentence leads it (torch's weights-only refusal reads "Weights only load
-    failed: Trying to load unsupported GLOBAL posix.mkdir ...", not its advice)."""
-    lines = [line.strip() for line in strip_escapes(message).splitlines() if line.strip()]
-    if not lines:
-        return ""
-    line = lines[0]
-    if len(lines) > 1 and not _SAYS_WHAT.search(line):
-        later = next((x for x in lines[1:] if _SAYS_WHAT.search(x)), None)
-        if later is not None:
-            head = line.split(". ")[0].rstrip(".:")
-            line = f"{head}: {later}" if len(head) <= 80 else later
-    return line if len(line) <= max_chars else line[: max_chars - 3] + "..."
-
-
-def error_line(e: BaseException) -> str:
-    """The exception's type and the line of its message that says what went wrong."""
-    return f"{type(e).__name__}: {actionable_line(str(e))}"
-
-
 def load_dict(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """A checkpoint file loaded with ``weights_only=True`` as a dict, or why it does not load
     so (never unpickled any other way)."""
@@ -161,101 +136,6 @@ def load_dict(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(content, dict):
         return None, f"not a dict but a {type(content).__name__}"
     return content, None
-
-
-# modules whose objects act on the process or the system: never allowed, whatever the object
-_SYSTEM_MODULES = frozenset({
-    "os", "posix", "nt", "subprocess", "sys", "shutil", "socket", "importlib", "pickle",
-    "_pickle", "marshal", "ctypes", "multiprocessing", "runpy", "code", "codeop", "pty",
-    "webbrowser", "antigravity", "this", "io", "_io", "pathlib", "tempfile", "signal",
-    "threading", "_thread", "asyncio", "functools", "operator", "codecs", "zipimport", "pydoc",
-    "inspect", "gc", "atexit", "ssl", "http", "urllib", "smtplib", "ftplib", "sqlite3",
-    "shelve", "dbm", "mmap", "select", "selectors", "concurrent", "logging", "zipfile",
-    "tarfile", "glob", "fileinput", "site", "sysconfig", "platform", "ensurepip", "venv",
-    "pip", "setuptools", "distutils", "types", "builtins", "torch",
-})
-# the few objects of those modules that are plain data, and numpy's array reconstruction
-_PLAIN = frozenset({
-    "builtins.dict", "builtins.list", "builtins.tuple", "builtins.set", "builtins.frozenset",
-    "builtins.int", "builtins.float", "builtins.complex", "builtins.str", "builtins.bytes",
-    "builtins.bytearray", "builtins.bool", "builtins.slice", "builtins.range",
-    "types.SimpleNamespace", "numpy.core.multiarray._reconstruct",
-    "numpy._core.multiarray._reconstruct", "numpy.core.multiarray.scalar",
-    "numpy._core.multiarray.scalar",
-})
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointRead:
-    """A checkpoint's top-level dict (None when it does not load at all), why it does not
-    load at all (``error``), and why it does not load weights-only (``weights_only_error``:
-    set whenever the weights-only load refused it, even when it was read the other way)."""
-
-    content: dict[str, Any] | None
-    error: str | None = None
-    weights_only_error: str | None = None
-
-
-def read_checkpoint(path: Path) -> CheckpointRead:
-    """``path`` loaded as its trainer loads it: weights-only, else with its own classes
-    allowed (never a function, never an object of a module that reaches the system)."""
-    import torch  # in the worker, where it is imported already
-
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # the file is what is being judged: record, do not raise
-        refused = error_line(e)
-        allowed, why_not = _own_classes(path)
-        if allowed is None:
-            return CheckpointRead(None, error=refused + why_not, weights_only_error=refused)
-        try:
-            with torch.serialization.safe_globals(allowed):
-                content = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as again:
-            return CheckpointRead(None, error=error_line(again), weights_only_error=refused)
-        return _as_read(content, refused)
-    return _as_read(content, None)
-
-
-def _as_read(content: object, weights_only_error: str | None) -> CheckpointRead:
-    if not isinstance(content, dict):
-        return CheckpointRead(None, error=f"not a dict but a {type(content).__name__}",
-                              weights_only_error=weights_only_error)
-    return CheckpointRead(content, weights_only_error=weights_only_error)
-
-
-def _own_classes(path: Path) -> tuple[list[Any] | None, str]:
-    """The globals ``path`` names beyond the weights-only defaults, resolved, when every one
-    is the trainer's data (a class, or a constant); else None and why not."""
-    import torch
-
-    try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # not an archive torch can list: the weights-only error says enough
-        return None, ""
-    allowed: list[Any] = []
-    for name in names:
-        found = _resolve(name)
-        if found is None:
-            return None, f" (not read another way either: {name} is not plain data)"
-        allowed.append(found)
-    return (allowed, "") if allowed else (None, "")
-
-
-def _resolve(name: str) -> object | None:
-    """The object ``module.qualname`` names, when it is allowed; None otherwise."""
-    parts = name.split(".")
-    if name not in _PLAIN and parts[0] in _SYSTEM_MODULES:
-        return None
-    for split in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
-        try:
-            obj: object = importlib.import_module(".".join(parts[:split]))
-            for attr in parts[split:]:
-                obj = getattr(obj, attr)
-        except (ImportError, AttributeError):
-            continue
-        return obj if name in _PLAIN or isinstance(obj, type) or not callable(obj) else None
-    return None
 
 
 def top_level(content: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +163,8 @@ def _read_seed(path: Path, record: FileRecord) -> FileRecord:
     listing = top_level(content)
     return dataclasses.replace(record, epoch=as_int(content.get("epoch")),
                                step=as_int(content.get("train_step")),
-                               keys=tuple(listing["keys"]), types=listing["types"])
+                               keys=tuple(listing["keys"]),
+                               types=dict(read.types) or listing["types"])
 
 
 def file_record(path: Path, root: Path, role: Role | None) -> FileRecord:

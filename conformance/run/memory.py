@@ -1,14 +1,18 @@
-"""A run context that keeps a run's records in memory: property runs and adapter tests."""
+"""A run context that keeps a run's records in memory (property runs and adapter tests), and a
+run in a process forked for it (each property example)."""
 
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trainspec.conformance.run.records import Record, from_json, to_json
-from trainspec.conformance.run.scenario import CrashWhere
+from trainspec.conformance.run.scenario import CrashWhere, Scenario
 
-__all__ = ["MemoryContext"]
+__all__ = ["ForkedRun", "MemoryContext", "run_in_fork"]
 
 
 class MemoryContext:
@@ -37,3 +41,52 @@ class MemoryContext:
 
     def crash_point(self, where: CrashWhere, epoch: int) -> None:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class ForkedRun:
+    """A run made in a process of its own: its records, and how it raised (None: it
+    returned)."""
+
+    records: list[Record]
+    error: str | None = None
+
+
+def run_in_fork(adapter: Any, scenario: Scenario, root: Path) -> ForkedRun:
+    """``adapter.run(scenario, ...)`` in a process forked for it, recording in memory: no run
+    sees another's process state (a framework's registries keyed by time, patched
+    functions). Its records come back as JSON lines over a pipe; files under ``root`` are
+    the run's own, read the trainer's way."""
+    from trainspec.conformance.run.reading import error_line, trusting
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # never returns
+        try:
+            os.close(r)
+            ctx = MemoryContext(root)
+            error = None
+            inside = str(root.resolve()) + os.sep
+            try:
+                with trusting(lambda p: str(Path(p).resolve()).startswith(inside)):
+                    adapter.run(scenario, ctx)
+            except Exception as e:  # the trainer's: it is the run's outcome
+                error = error_line(e)
+            out = [json.dumps(to_json(x)) for x in ctx.records]
+            out.append(json.dumps({"raised": error}))
+            view = memoryview(("\n".join(out) + "\n").encode())
+            while view:
+                view = view[os.write(w, view):]
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    lines: list[dict[str, Any]] = [json.loads(x) for x in data.decode().splitlines() if x]
+    if not lines or set(lines[-1]) != {"raised"}:
+        return ForkedRun(records=[from_json(x) for x in lines],
+                         error="the run's process died before it ended (a signal, os._exit)")
+    raised = lines[-1]["raised"]
+    return ForkedRun(records=[from_json(x) for x in lines[:-1]],
+                     error=None if raised is None else str(raised))

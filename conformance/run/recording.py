@@ -18,7 +18,8 @@ from typing import TypeAlias
 import torch
 
 from trainspec.conformance.run.adapter import RunContext
-from trainspec.conformance.run.files import as_int, read_checkpoint
+from trainspec.conformance.run.files import as_int
+from trainspec.conformance.run.reading import Loader, is_trusted, read_checkpoint
 from trainspec.conformance.run.records import (
     FileSnapshot,
     Phase,
@@ -84,10 +85,13 @@ def newest_file(root: Path, name: str) -> Path | None:
     return max(found)[1] if found else None
 
 
-def snapshot_file(path: Path | None, read: FileContent = seed_content) -> FileSnapshot | None:
+def snapshot_file(path: Path | None, read: FileContent = seed_content, *,
+                  modules: Sequence[str] = (), load: Loader | None = None
+                  ) -> FileSnapshot | None:
     """A checkpoint file as seen now, loaded as its trainer loads it
-    (:func:`~trainspec.conformance.run.files.read_checkpoint`: weights-only, else with the
-    file's own classes, never running code); None when there is no such file.
+    (:func:`~trainspec.conformance.run.reading.read_checkpoint`: weights-only, else with the
+    file's own classes and those of ``modules``, else, for a file the run wrote, by ``load``
+    or a full unpickle in a process of its own); None when there is no such file.
 
     ``read`` says what the loaded content means (the seed's keys by default); a file that does
     not load at all, or that ``read`` refuses, is a snapshot with its ``error``. Whether it
@@ -101,14 +105,15 @@ def snapshot_file(path: Path | None, read: FileContent = seed_content) -> FileSn
         digest = _digest(path)
     except OSError:  # gone since it was found: rank 0 may replace it while another rank looks
         return None
-    said = _SAID.get((read, digest))
+    key = (read, digest, tuple(modules), load, is_trusted(path))
+    said = _SAID.get(key)
     if said is None:
-        said = _read_file(path, read)
+        said = _read_file(path, read, tuple(modules), load)
         with contextlib.suppress(OSError):  # kept only when the file did not change meanwhile
             if _digest(path) == digest:
                 if len(_SAID) >= 64:
                     _SAID.clear()
-                _SAID[read, digest] = said
+                _SAID[key] = said
     epoch, step, weights, error = said
     return FileSnapshot(path=str(path), mtime_ns=stat.st_mtime_ns, size=stat.st_size,
                         epoch=epoch, step=step, weights=weights, error=error)
@@ -116,15 +121,16 @@ def snapshot_file(path: Path | None, read: FileContent = seed_content) -> FileSn
 
 # what a file's bytes said to a reader: (epoch, step, weights, error), by (reader, digest)
 _Said: TypeAlias = "tuple[int | None, int | None, Weights | None, str | None]"
-_SAID: dict[tuple[FileContent, bytes], _Said] = {}
+_SAID: dict[tuple[FileContent, bytes, tuple[str, ...], Loader | None, bool], _Said] = {}
 
 
 def _digest(path: Path) -> bytes:
     return hashlib.blake2b(path.read_bytes(), digest_size=20).digest()
 
 
-def _read_file(path: Path, read: FileContent) -> _Said:
-    loaded = read_checkpoint(path)
+def _read_file(path: Path, read: FileContent, modules: tuple[str, ...],
+               load: Loader | None) -> _Said:
+    loaded = read_checkpoint(path, modules=modules, load=load)
     content = loaded.content
     if content is None:
         return None, None, None, loaded.error

@@ -4,10 +4,9 @@ Whatever a trainer's shape (a class with hooks, a loop function with callbacks, 
 decisions are local variables), its adapter reports the same records at the same moments.
 :class:`Recorder` reports them from wherever the adapter can see the trainer (a hook, a
 callback, a wrapped method): the 0-based epoch, the crash points, the trainer's state and files
-at each epoch's start, and validations whose verdicts are settled later. :class:`FileLayout`
-maps a trainer's own file names, keys and epoch numbering onto the spec's roles, once, for both
-``describe_checkpoints`` and the recorder. :func:`observe` and :func:`frame_locals` observe
-what a trainer keeps to itself.
+at each epoch's start, and validations whose verdicts are settled later; it reads the
+trainer's files through a ``FileLayout`` (``run/layout.py``). :func:`observe` and
+:func:`frame_locals` observe what a trainer keeps to itself.
 
 Runs happen in forked children: patching a trainer's method or module function for one run
 (:func:`observe`) changes nothing outside that run.
@@ -15,32 +14,17 @@ Runs happen in forked children: patching a trainer's method or module function f
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
 import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from trainspec.conformance.run.adapter import RunContext
-from trainspec.conformance.run.files import (
-    FileRecord,
-    Role,
-    as_int,
-    describe_files,
-    load_dict,
-    top_level,
-)
-from trainspec.conformance.run.recording import (
-    FileContent,
-    newest_file,
-    snapshot_file,
-    trainer_state,
-)
+from trainspec.conformance.run.layout import FileLayout
+from trainspec.conformance.run.recording import trainer_state
 from trainspec.conformance.run.records import (
     ConfigSeen,
     FileSnapshot,
@@ -57,11 +41,7 @@ from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.task import plain_weights
 from trainspec.errors import AdapterError
 
-__all__ = ["CONTENTS", "FileLayout", "Progress", "Recorder", "StepCounter", "frame_locals",
-           "observe", "scripted_score"]
-
-# what a checkpoint may hold, in the spec's terms (FileRecord.holds; CKPT-1 asks for all)
-CONTENTS = ("epoch", "step", "run_id", "config", "model", "optimizer", "scheduler")
+__all__ = ["Recorder", "StepCounter", "frame_locals", "observe", "scripted_score"]
 
 Module = torch.nn.Module | Mapping[str, object]
 
@@ -69,97 +49,6 @@ Module = torch.nn.Module | Mapping[str, object]
 def scripted_score(scenario: Scenario, ctx: RunContext, epoch: int | None) -> float:
     """The score the validation after 0-based ``epoch`` must report (None: ``val.first``)."""
     return scenario.scores.pooled(epoch, ctx.world_size)
-
-
-Progress = Callable[[Path, Mapping[str, object]], tuple[int | None, int | None]]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FileLayout:
-    """A trainer's own checkpoint files, in the spec's terms.
-
-    ``roles`` maps a file-name pattern (``fnmatch``: ``"checkpoint-epoch*.pth"``) to its role,
-    the first match winning; ``keys`` maps what a file holds in the spec's terms
-    (:data:`CONTENTS`) to the trainer's key (``{"model": "state_dict", "epoch": "epoch"}``):
-    the model's weights are read from ``keys["model"]`` (``""``: the file is the model's bare
-    state dict). ``epoch_base`` is the epoch value the trainer's files record for the first
-    epoch (1 for a trainer counting epochs from 1, or one recording the next epoch to run):
-    records and descriptions are 0-based, so the file's value less ``epoch_base``.
-    ``progress``, when given, reads (epoch, step) in the trainer's numbering from the file's
-    path and content, for a trainer that keeps them elsewhere than under a key: in the file's
-    name (``checkpoint_epoch_3.ckpt``) or in a file beside it.
-    """
-
-    roles: Mapping[str, Role]
-    keys: Mapping[str, str] = field(default_factory=dict)
-    epoch_base: int = 0
-    progress: Progress | None = None
-
-    def role_of(self, name: str) -> Role | None:
-        """The role of a file called ``name``; None for anything else."""
-        return next((role for pattern, role in self.roles.items()
-                     if fnmatch.fnmatchcase(name, pattern)), None)
-
-    def progress_of(self, path: Path, content: Mapping[str, object]
-                    ) -> tuple[int | None, int | None]:
-        """(0-based epoch, step) a loaded checkpoint records; None where it records none."""
-        if self.progress is not None:
-            epoch, step = self.progress(path, content)
-        else:
-            epoch = as_int(content.get(self.keys.get("epoch", "epoch")))
-            step = as_int(content.get(self.keys["step"])) if "step" in self.keys else None
-        return (None if epoch is None else epoch - self.epoch_base), step
-
-    def weights_of(self, content: Mapping[str, object]) -> Mapping[str, object]:
-        """The model's weights in a loaded checkpoint."""
-        key = self.keys.get("model", "model_state_dict")
-        weights = content if key == "" else content.get(key)
-        if not isinstance(weights, Mapping):
-            raise AdapterError(f"checkpoint: no model weights under {key!r} (keys "
-                               f"{sorted(map(str, content))[:12]}); set FileLayout.keys['model']")
-        return weights
-
-    def reader(self, path: Path) -> FileContent:
-        """What the file at ``path`` says, for ``snapshot_file``: (0-based epoch, step, the
-        model's weights)."""
-        def read(content: Mapping[str, object]
-                 ) -> tuple[int | None, int | None, Mapping[str, object]]:
-            return (*self.progress_of(path, content), self.weights_of(content))
-        return read
-
-    def describe(self, root: Path) -> list[FileRecord]:
-        """Every file under ``root``, checkpoints read weights-only: an adapter's
-        ``describe_checkpoints`` is ``return LAYOUT.describe(root)``."""
-        return describe_files(root, self.role_of, self._describe_one)
-
-    def _describe_one(self, path: Path, record: FileRecord) -> FileRecord:
-        content, error = load_dict(path)
-        if content is None:
-            return dataclasses.replace(record, error=error)
-        epoch, step = self.progress_of(path, content)
-        listing = top_level(content)
-        holds = tuple(c for c in CONTENTS if self.keys.get(c, c) in content
-                      or (c == "model" and self.keys.get(c) == ""))
-        return dataclasses.replace(record, epoch=epoch, step=step, keys=tuple(listing["keys"]),
-                                   types=listing["types"], holds=holds)
-
-    def newest(self, root: Path, role: Role) -> Path | None:
-        """The most recently modified file of ``role`` under ``root``."""
-        found = [p for pattern, r in self.roles.items() if r == role
-                 for p in [newest_file(root, pattern)] if p is not None]
-        return max(found, key=_mtime) if found else None
-
-    def snapshot(self, root: Path, role: Role) -> FileSnapshot | None:
-        """The newest file of ``role`` as seen now (None when there is none)."""
-        path = self.newest(root, role)
-        return None if path is None else snapshot_file(path, self.reader(path))
-
-
-def _mtime(path: Path) -> int:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return -1
 
 
 class StepCounter:
@@ -269,8 +158,7 @@ class Recorder:
         self._epoch = e
         last = None
         if self.files is not None:
-            path = self.files.newest(self.ctx.ckpt_root, "last")
-            found = None if path is None else snapshot_file(path, self.files.reader(path))
+            found = self.files.snapshot(self.ctx.ckpt_root, "last")
             last = None if found is None else found.epoch
         state = trainer_state(self.model if self.model is not None else {}, self.optimizer,
                               self.schedulers)

@@ -39,7 +39,7 @@ from trainspec.conformance.run.child import (
     set_parent_death_signal,
     sweep_children,
 )
-from trainspec.conformance.run.describe import describe_adapter, describe_files
+from trainspec.conformance.run.describe import describe_adapter, describe_files, written_paths
 from trainspec.conformance.run.profiling import profiled
 from trainspec.conformance.run.protocol import (
     AdapterSpec,
@@ -192,8 +192,10 @@ def _run(request: Run, adapter: object) -> RunReply:
     reply = _run_child(request, adapter)
     if not request.describe_files:
         return reply
+    # the files the run wrote are the trainer's own: read its way (never a planted one)
+    written = written_paths(Path(request.job_dir) / f"rank{request.rank}.events.jsonl")
     try:  # the files the run left, described now: no second round trip
-        files = bounded(lambda: describe_files(adapter, Path(request.ckpt_root)),
+        files = bounded(lambda: describe_files(adapter, Path(request.ckpt_root), written),
                         request.timeout_s, f"{type(adapter).__qualname__}.describe_checkpoints")
     except Exception as e:
         return replace(reply, files_error=f"{type(e).__name__}: {e}\n"

@@ -24,8 +24,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from trainspec.conformance.run.reading import in_reader_fork
 from trainspec.conformance.run.records import Crash, Record, Write
 from trainspec.conformance.run.scenario import CrashPoint
 
@@ -53,6 +54,16 @@ class WriteWatch:
         self._appended: set[str] = set()  # opened for appending: logs, never torn
         self._placed: set[str] = set()  # arrived by a rename: complete when they appear
         self._busy = False  # looking at the folder raises audit events of its own
+        self.written: set[str] = set()  # every path the run wrote (the trainer's own files)
+
+    def has_written(self, path: Path) -> bool:
+        """Whether the run wrote ``path`` (a file, or a file inside a folder ``path``)."""
+        full = os.path.abspath(path)
+        return full in self.written or any(p.startswith(full + os.sep) for p in self.written)
+
+    def _wrote(self, path: str, via: Literal["open", "rename", "torch.save"]) -> None:
+        self.written.add(path)
+        self._record(Write(path=path, via=via, t=time.time()))
 
     # ------------------------------------------------------------------ where writes land
 
@@ -86,6 +97,8 @@ class WriteWatch:
     # ------------------------------------------------------------------------ observing
 
     def on_audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if in_reader_fork():  # a process forked to read one file writes nothing of the run's
+            return
         if event == "open" and len(args) >= 2:
             path, mode = self.inside(args[0]), args[1]
             flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
@@ -94,11 +107,11 @@ class WriteWatch:
                 self._appended.add(path)
             if path and (any(c in text for c in "wax+")
                          or (mode is None and flags & (os.O_WRONLY | os.O_RDWR))):
-                self._record(Write(path=path, via="open", t=time.time()))
+                self._wrote(path, "open")
         elif event == "os.rename" and len(args) >= 2:
             dst = self.inside(args[1])
             if dst:
-                self._record(Write(path=dst, via="rename", t=time.time()))
+                self._wrote(dst, "rename")
                 if self.armed and self._matches(dst):
                     self._tear(os.path.abspath(os.fspath(args[0])))
                 self._placed.add(dst)
@@ -107,7 +120,7 @@ class WriteWatch:
 
     def look(self) -> None:
         """Tear the first file written since the epoch began, if the crash point asks."""
-        if not self.armed or self._busy:
+        if not self.armed or self._busy or in_reader_fork():
             return
         self._busy = True
         try:
@@ -166,9 +179,10 @@ class WriteWatch:
         original = torch.save
 
         def watched_save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
-            target = self.inside(getattr(f, "name", None) if hasattr(f, "write") else f)
+            target = None if in_reader_fork() else \
+                self.inside(getattr(f, "name", None) if hasattr(f, "write") else f)
             if target:
-                self._record(Write(path=target, via="torch.save", t=time.time()))
+                self._wrote(target, "torch.save")
                 if slow_writes_s and slows():
                     time.sleep(slow_writes_s)
             original(obj, f, *args, **kwargs)

@@ -14,7 +14,7 @@ import torch
 from torch.nn import functional
 from torch.utils.data import DataLoader
 
-from tests.worked.template_trainer import Trainer, inf
+from tests.worked.template_trainer import ConfigParser, Trainer, inf
 from trainspec import kit
 
 # checkpoint-epoch<N>.pth every save_period epochs (the newest is what a resume loads), a copy
@@ -80,7 +80,8 @@ class TemplateAdapter:
                                stop=None)
                 return {"score": score}
 
-        trainer = Hooked(model, functional.cross_entropy, optimizer, config, loader,
+        trainer = Hooked(model, functional.cross_entropy, optimizer,
+                         ConfigParser(config, get("ckpt.load_from")), loader,
                          DataLoader(data["val"]), schedulers[0] if schedulers else None,
                          resume=get("ckpt.load_from"))  # its one way to load a file: resume
         rec.setup(epoch=trainer.start_epoch, train_len=len(loader))

@@ -11,15 +11,17 @@ Kept as the original has it: the comparison (``>=``, so a tie improves), the sto
 neither an improvement at another epoch nor the stopping epoch is saved), the file contents
 (no step, no scheduler, no RNG state) and the resume (an optimizer of another type is skipped
 with a warning). Left out: the tensorboard writer, the GPU set-up and the metric functions.
-Changed: the config saved is a plain dict (the original pickles its ``ConfigParser``, which
-``torch.load`` refuses by default since torch 2.6).
+Kept too: every checkpoint pickles the config object (:class:`ConfigParser`, which holds the
+run's folders as ``pathlib`` paths), so no checkpoint loads with ``weights_only=True`` alone.
+Changed: its resume allows its own config class and ``PosixPath`` (``safe_globals``), as a
+template kept working since torch 2.6 made ``torch.load`` weights-only by default does.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
+from pathlib import Path, PosixPath
 from typing import Any
 
 import torch
@@ -28,11 +30,28 @@ from torch.utils.data import DataLoader
 inf = math.inf
 
 
+class ConfigParser:
+    """The template's parsed configuration: the JSON config, the run's folders as paths."""
+
+    def __init__(self, config: dict[str, Any], resume: str | None = None) -> None:
+        self._config = config
+        self.resume = None if resume is None else Path(resume)
+        self._save_dir = Path(config["trainer"]["save_dir"])
+        self._log_dir = self._save_dir / "log"
+
+    def __getitem__(self, name: str) -> Any:
+        return self._config[name]
+
+    @property
+    def save_dir(self) -> Path:
+        return self._save_dir
+
+
 class BaseTrainer:
     """Base class for all trainers."""
 
     def __init__(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer,
-                 config: dict[str, Any], resume: str | None = None) -> None:
+                 config: ConfigParser, resume: str | None = None) -> None:
         self.config = config
         self.logger = logging.getLogger("trainer")
         self.model, self.criterion, self.optimizer = model, criterion, optimizer
@@ -48,7 +67,7 @@ class BaseTrainer:
             self.mnt_best = inf if self.mnt_mode == "min" else -inf
             self.early_stop = cfg_trainer.get("early_stop", inf)
         self.start_epoch = 1
-        self.checkpoint_dir = Path(cfg_trainer["save_dir"])
+        self.checkpoint_dir = config.save_dir
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         if resume is not None:
             self._resume_checkpoint(resume)
@@ -90,7 +109,8 @@ class BaseTrainer:
             torch.save(state, str(self.checkpoint_dir / "model_best.pth"))
 
     def _resume_checkpoint(self, resume_path: str) -> None:
-        checkpoint = torch.load(resume_path)
+        with torch.serialization.safe_globals([ConfigParser, PosixPath]):
+            checkpoint = torch.load(resume_path)
         self.start_epoch = checkpoint["epoch"] + 1
         self.mnt_best = checkpoint["monitor_best"]
         if checkpoint["config"]["arch"] != self.config["arch"]:
@@ -109,7 +129,7 @@ class Trainer(BaseTrainer):
     scheduler's epoch step."""
 
     def __init__(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer,
-                 config: dict[str, Any], data_loader: DataLoader[Any],
+                 config: ConfigParser, data_loader: DataLoader[Any],
                  valid_data_loader: DataLoader[Any] | None = None,
                  lr_scheduler: Any = None, resume: str | None = None) -> None:
         super().__init__(model, criterion, optimizer, config, resume)
