@@ -181,27 +181,26 @@ class LaunchWorld:
 
     def _noted(self, traces: tuple[RankTrace, ...], scenario: Scenario
                ) -> tuple[RankTrace, ...]:
-        """A rank on another node that broke while resuming from a node-local checkpoint
-        folder: its error says why it may not see rank 0's files."""
-        load_from = _get(scenario, "ckpt.load_from")
-        if self.is_shared or not load_from:
+        """Ranks on other nodes than rank 0's, with node-local checkpoint folders: they never
+        see rank 0's files (``sees_rank0_files``), and when one broke resuming from a file
+        rank 0 wrote, every broken rank's error says why."""
+        if self.is_shared:
             return traces
         from dataclasses import replace
 
-        out = []
-        for trace in traces:
-            peer = self.ranks.peers.get(trace.rank)
-            t = trace
-            if t.status != "completed" and peer is not None and peer.node != \
-                    self.ranks.launch.node:
-                t = replace(t, error=(
-                    f"{t.error} (rank {t.rank} runs on node {peer.node}, rank 0 on "
-                    f"{self.ranks.launch.node}: the checkpoint folder is node-local, so "
-                    f"ckpt.load_from={load_from} exists only where rank 0 wrote it; pass "
-                    "--ckpt-root on storage every node sees, or have rank 0 load and "
-                    "broadcast the checkpoint)"))
-            out.append(t)
-        return tuple(out)
+        elsewhere = {r for r, p in self.ranks.peers.items() if p.node != self.ranks.launch.node}
+        traces = tuple(replace(t, sees_rank0_files=False) if t.rank in elsewhere else t
+                       for t in traces)
+        load_from = _get(scenario, "ckpt.load_from")
+        broke = [t.rank for t in traces if t.rank in elsewhere and t.status != "completed"]
+        if not load_from or not broke:
+            return traces
+        note = (f" (rank {broke[0]} runs on node {self.ranks.peers[broke[0]].node}, rank 0 on "
+                f"{self.ranks.launch.node}, and the checkpoint folder is node-local: "
+                f"ckpt.load_from={load_from} exists only on rank 0's node. Load on rank 0 and "
+                "broadcast, or pass --ckpt-root on storage every node sees)")
+        return tuple(replace(t, error=t.error + note) if t.status != "completed" else t
+                     for t in traces)
 
     def _collect(self, job: str, job_dir: Path, timeout_s: float,
                  grace: Grace | None) -> list[RunReply]:
