@@ -48,7 +48,8 @@ def in_launch(plan: Plan, launch: Launch, judge: Callable[[Plan, RunPlan], int])
     """
     from trainspec.conformance.run.control import Channel, open_store
 
-    channel = Channel(launch, open_store(launch), beat_store=open_store(launch))
+    channel = Channel(launch, open_store(launch),
+                      beat_store=open_store(launch, is_client=True))
     try:
         if not launch.is_judge:
             from trainspec.conformance.run.follower import Follower

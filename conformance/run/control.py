@@ -36,11 +36,13 @@ CONNECT_TIMEOUT_S = 120.0  # the ranks start within this of each other (a launch
 _PREFIX = "trainspec/"
 
 
-def open_store(launch: Launch, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Store:
-    """A connection to the launch's store (rank 0 opens it when the launcher has none)."""
+def open_store(launch: Launch, *, timeout_s: float = CONNECT_TIMEOUT_S,
+               is_client: bool = False) -> Store:
+    """A connection to the launch's store (rank 0 opens it when the launcher has none,
+    unless ``is_client``: a second connection to the one it opened)."""
     from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined]
 
-    is_master = launch.is_judge and not launch.has_agent_store
+    is_master = launch.is_judge and not launch.has_agent_store and not is_client
     try:
         store = TCPStore(launch.master_addr, launch.master_port,
                          world_size=None, is_master=is_master, wait_for_workers=False,

@@ -175,6 +175,13 @@ class LaunchWorld:
         if replies[0].files_error:
             raise HarnessError(f"{self.adapter.factory}: describing the checkpoint files "
                                f"failed: {replies[0].files_error}")
+        gone = [self.ranks.peers[r].lost for r in others if self.ranks.peers[r].lost]
+        if gone:  # the launch broke under the run: no verdict on the trainer from it
+            stacks = "\n".join(f"--- rank {t.rank} ({t.status}{': ' if t.error else ''}"
+                                f"{t.error}) ---\n{t.detail}" for t in traces)
+            raise HarnessError(f"scenario {scenario.name!r}: {'; '.join(gone)}; every other "
+                               f"rank ended within its bound. How each ended, with its "
+                               f"stack:\n{stacks}")
         files = tuple(FileRecord.from_json(e) for e in replies[0].files or ())
         return Trace(scenario_name=scenario.name, ranks=self._noted(traces, scenario),
                      files=files, duration_s=time.monotonic() - started)
