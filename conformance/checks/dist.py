@@ -22,6 +22,7 @@ from trainspec.conformance.checks.common import (
     fmt_scores,
     label,
     match_decisions,
+    ranks_seeing_rank0_files,
     weights_diff,
 )
 from trainspec.conformance.run.records import Validation
@@ -187,17 +188,13 @@ def check_only_rank_zero_writes(ctx: CheckContext) -> str:
         if r.writes:
             raise CheckFailed(f"DIST-4: rank {r.rank} wrote {r.writes[0].path}; only rank 0 may "
                               "write checkpoint files")
-    elsewhere = [r.rank for r in trace.ranks if not r.sees_rank0_files]
-    for r in (r for r in trace.ranks if r.sees_rank0_files):
+    for r in ranks_seeing_rank0_files(ctx, trace):
         for e in r.train_epochs[1:]:
             if e.last_file_epoch != e.epoch - 1:
                 raise CheckFailed(
                     f"DIST-4: rank {r.rank} started epoch {e.epoch} while last.pt still said "
                     f"epoch {e.last_file_epoch}: the file of epoch {e.epoch - 1} was not "
                     "complete (rank 0's writes took 0.3 s). Wait for the write, then barrier.")
-    if elsewhere:  # their node's checkpoint folder is not rank 0's: nothing to be early for
-        ctx.notes.append(f"ranks {elsewhere} ran on other nodes with node-local checkpoint "
-                         "folders (no --ckpt-root): not judged on seeing rank 0's files")
     return f"only rank 0 wrote; with 0.3 s writes no rank of {n} started an epoch early"
 
 
