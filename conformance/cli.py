@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from trainspec.conformance import api
 from trainspec.conformance.api import OPTIONS, Option, option
-from trainspec.conformance.command import SignalStop, report_path_problem
+from trainspec.conformance.command import SignalStop, require_writable
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.links import DOCS_URL_ENV
 from trainspec.errors import AdapterError, ConfigError, UsageError
 
 if TYPE_CHECKING:
+    from trainspec.conformance.launching import RunPlan
     from trainspec.conformance.report.baseline import Baseline, Comparison
     from trainspec.conformance.spec.results import CheckResult, Report
 
@@ -217,8 +218,6 @@ def _add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> 
 # ---------------------------------------------------------------------------------- check
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from trainspec.conformance.report import text
-
     # the plan validates every option before any worker starts
     plan = api.plan_from(lambda o: getattr(args, o.key),
                          docs_url=os.environ.get(DOCS_URL_ENV))
@@ -228,12 +227,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
         tested = self_test(plan)
         print("\n".join(tested.lines(verbose=args.verbose)))
         return 0 if tested.passed else 1
+    from trainspec.conformance.launching import check_here  # alone, or one rank of a launch
+
+    return check_here(plan, lambda p, run: _check(p, args, run))
+
+
+def _check(plan: api.Plan, args: argparse.Namespace, run: RunPlan) -> int:
+    from trainspec.conformance.report import text
+
     baseline = _read_baseline(args.baseline, plan.target.label)  # so does a bad --baseline
-    _require_writable(args)  # and a report that could not be written
+    require_writable(args)  # and a report that could not be written
     from trainspec.conformance.runner import Interrupted
 
     try:
-        result = api.run(plan, on_result=_Progress(len(plan.checks), sys.stderr))
+        result = run(plan, _Progress(len(plan.checks), sys.stderr))
     except Interrupted as e:  # what was done is reported; the rest is error "interrupted"
         with contextlib.suppress(Exception):
             _write_reports(e.report, args)
@@ -253,20 +260,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if comparison is not None:
         return comparison.exit_status
     return 0 if result.conformant else 1
-
-
-def _require_writable(args: argparse.Namespace) -> None:
-    """Every report path can be written, before the run (not found out after it)."""
-    paths = {f"--{k.replace('_', '-')}": getattr(args, k)
-             for k in ("report", "junit", "markdown", "save_baseline", "badge")}
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    paths["GITHUB_STEP_SUMMARY"] = Path(summary) if summary else None
-    for flag, path in paths.items():
-        if path is not None:
-            problem = report_path_problem(Path(path))
-            if problem:
-                raise UsageError(f"{flag} {path}: cannot write the report there ({problem}). "
-                                 "Give a file path in a writable folder.")
 
 
 def _read_baseline(path: Path | None, target: str) -> Baseline | None:

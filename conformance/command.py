@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -9,6 +10,22 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+
+from trainspec.errors import UsageError
+
+
+def require_writable(args: argparse.Namespace) -> None:
+    """Every report path can be written, before the run (not found out after it)."""
+    paths = {f"--{k.replace('_', '-')}": getattr(args, k)
+             for k in ("report", "junit", "markdown", "save_baseline", "badge")}
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    paths["GITHUB_STEP_SUMMARY"] = Path(summary) if summary else None
+    for flag, path in paths.items():
+        if path is not None:
+            problem = report_path_problem(Path(path))
+            if problem:
+                raise UsageError(f"{flag} {path}: cannot write the report there ({problem}). "
+                                 "Give a file path in a writable folder.")
 
 
 def report_path_problem(path: Path) -> str:

@@ -58,6 +58,9 @@ class Plan:
     fresh: bool  # new worker processes for every run
     deviations: Mapping[str, str] = field(default_factory=dict)  # clause ID -> reason
     docs_url: str | None = None  # docs link template (spec.links.docs_link); None: default
+    # the runs' checkpoint folders go under this folder (shared storage in a launch across
+    # nodes); None: under the scratch folder, node-local
+    ckpt_root: Path | None = None
 
 
 def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
@@ -65,14 +68,16 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
          timeout_s: float = 60.0, workers: int | Literal["auto"] = 1, profile: str = "fast",
          fresh: bool = False, deviations: Mapping[str, str] | Path | None = None,
          docs_url: str | None = None, max_examples: int | None = None,
-         deadline_s: float | None = DEFAULT_DEADLINE_S, remedies: str | None = None) -> Plan:
+         deadline_s: float | None = DEFAULT_DEADLINE_S, remedies: str | None = None,
+         ckpt_root: Path | None = None) -> Plan:
     """Validate a run's options once; every entry point runs from the plan this returns.
 
     ``deviations`` is a mapping of clause IDs to reasons or the path of a deviations file;
     ``workers="auto"`` takes :func:`auto_workers` (the command line's default);
     ``max_examples`` overrides the profile's count; ``deadline_s`` bounds the whole run
     (checks not started by then come out ``timeout``; None: no bound); ``remedies``
-    (comma-separated names) turns on remedies the target's adapter declares.
+    (comma-separated names) turns on remedies the target's adapter declares; ``ckpt_root``
+    holds the runs' checkpoint folders (default: the scratch folder).
 
     Raises:
         UsageError: an option is out of range, names an unknown clause, target or backend,
@@ -105,7 +110,7 @@ def plan(target: str | Target | None = None, *, base_trainer: str | None = None,
                 timeout_s=float(timeout_s), workers=lanes, profile=chosen,
                 deadline_s=None if deadline_s is None else float(deadline_s),
                 max_examples=max_examples or PROFILES[chosen], fresh=fresh,
-                deviations=declared, docs_url=docs_url)
+                deviations=declared, docs_url=docs_url, ckpt_root=ckpt_root)
 
 
 def _workers(text: str) -> int | str:
@@ -211,6 +216,10 @@ OPTIONS: tuple[Option, ...] = (
            "both derandomized, so a verdict is reproducible"),
     Option(key="fresh", flag="--fresh-processes", is_switch=True, default=False,
            help="start new worker processes for every run (isolation over speed)"),
+    Option(key="ckpt_root", flag="--ckpt-root", metavar="DIR", convert=Path, in_plugin=False,
+           help="put the runs' checkpoint folders under DIR (one folder of the check's own, "
+           "removed at its end); in a launch across nodes, storage every node sees (default: "
+           "the scratch folder, node-local)"),
     Option(key="remedies", flag="--remedies", metavar="NAMES",
            help="comma-separated remedies the target's adapter declares (documented "
            "non-default framework switches), turned on for this run; the report lists them"),
@@ -240,10 +249,12 @@ def plan_from(value: Callable[[Option], object], *, docs_url: str | None = None)
         return float(got) if isinstance(got, int | float) else float(str(got))
 
     deviations = value(option("deviations"))
+    ckpt_root = value(option("ckpt_root"))
     return plan(text("target"), base_trainer=text("base_trainer"), clauses=text("clauses"),
                 world_size=int(number("world_size")), backend=text("backend"),
                 timeout_s=number("timeout_s"), workers=_workers_value(value(option("workers"))),
                 deadline_s=number("deadline_s"),
                 profile=text("profile") or "fast", fresh=value(option("fresh")) is True,
                 deviations=None if deviations is None else Path(str(deviations)),
-                docs_url=docs_url, remedies=text("remedies"))
+                docs_url=docs_url, remedies=text("remedies"),
+                ckpt_root=None if ckpt_root is None else Path(str(ckpt_root)))

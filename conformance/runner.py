@@ -162,7 +162,8 @@ class _Lanes:
         with contextlib.ExitStack() as stack:
             own = shared if shared is not None else stack.enter_context(
                 Harness(plan.target.adapter, timeout_s=plan.timeout_s, fresh=plan.fresh,
-                        backend=plan.backend, deadline=self.gate.deadline))
+                        backend=plan.backend, deadline=self.gate.deadline,
+                        ckpt_root=plan.ckpt_root))
             ctx = self._open(own, first)
             checks: Sequence[CheckSpec] | None = first
             while checks:

@@ -96,6 +96,7 @@ def test_closing_a_harness_removes_its_scratch_even_when_interrupted_meanwhile(
         harness.close()
     assert not harness.root.exists()
     for world in worlds:  # the workers the interrupted close left
+        assert isinstance(world, World)
         World.close(world)
 
 

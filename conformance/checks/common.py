@@ -200,3 +200,13 @@ def changed(a: Weights, b: Weights) -> bool:
     import torch  # imported already: the weights are tensors
 
     return any(not torch.equal(a[k], b[k]) for k in a if k in b)
+
+
+def ranks_seeing_rank0_files(ctx: CheckContext, trace: Trace) -> list[RankTrace]:
+    """The ranks of ``trace`` whose checkpoint folder is rank 0's; the others (other nodes of
+    a launch, node-local folders) are noted as not judged on rank 0's files."""
+    elsewhere = [r.rank for r in trace.ranks if not r.sees_rank0_files]
+    if elsewhere:
+        ctx.notes.append(f"ranks {elsewhere} ran on other nodes with node-local checkpoint "
+                         "folders (no --ckpt-root): not judged on seeing rank 0's files")
+    return [r for r in trace.ranks if r.sees_rank0_files]

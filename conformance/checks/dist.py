@@ -16,6 +16,7 @@ from trainspec.conformance.checks.common import (
     fmt_scores,
     label,
     match_decisions,
+    ranks_seeing_rank0_files,
     weights_diff,
 )
 from trainspec.conformance.checks.failures import NotApplicable, RunBroke
@@ -184,7 +185,7 @@ def check_only_rank_zero_writes(ctx: CheckContext) -> str:
         if r.writes:
             raise CheckFailed(f"DIST-4: rank {r.rank} wrote {r.writes[0].path}; only rank 0 may "
                               "write checkpoint files")
-    for r in trace.ranks:
+    for r in ranks_seeing_rank0_files(ctx, trace):
         for e in r.train_epochs[1:]:
             if e.last_file_epoch != e.epoch - 1:
                 raise CheckFailed(

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from trainspec.conformance.run.protocol import AdapterSpec, Description, PropertyOutcome
 from trainspec.conformance.run.scenario import Scenario
@@ -29,6 +29,9 @@ from trainspec.conformance.run.session import (
 from trainspec.conformance.run.trace import Trace
 from trainspec.conformance.run.world import World
 from trainspec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trainspec.conformance.run.launched import LaunchWorld, Ranks
 
 __all__ = ["AdapterRuns", "AdapterSpec", "Harness", "PropertyOutcome", "World"]
 
@@ -45,7 +48,8 @@ class Harness:
 
     def __init__(self, adapter: AdapterSpec, *, timeout_s: float = 60.0,
                  fresh: bool = False, backend: Backend | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, ranks: Ranks | None = None,
+                 ckpt_root: Path | None = None) -> None:
         self.adapter = adapter
         self.timeout_s = timeout_s
         self.fresh = fresh  # new worker processes for every run: isolation over speed
@@ -60,16 +64,49 @@ class Harness:
         except ConfigError:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
-        self.worlds: dict[tuple[AdapterSpec, int], World] = {}
+        # the checkpoint folders of the runs: under the scratch root (node-local), or in a
+        # folder of this harness's own under ``ckpt_root`` (--ckpt-root: shared storage)
+        self._ckpt_base = None if ckpt_root is None else self._shared_base(ckpt_root)
+        # the launched processes serving ranks > 0 (inside torchrun/srun); None: this
+        # process starts its multi-rank worlds itself
+        self.ranks = ranks
+        self.worlds: dict[tuple[AdapterSpec, int], World | LaunchWorld] = {}
         # each adapter's workers, shared by its worlds (World.slots); none in fresh mode
         self._slots: dict[AdapterSpec, list[WorkerProcess]] = {}
         self._warm: tuple[str, ...] = ()  # modules the multi-rank runs import (expect)
         self._dirs = itertools.count()
         self._spare: WorkerProcess | None = None  # started ahead of need once adapters vary
+        if ranks is not None:  # the other ranks warm up while the single-rank runs go on
+            ranks.bind(adapter, self.root, self._ckpt_base)
+
+    def _shared_base(self, ckpt_root: Path) -> Path:
+        try:
+            ckpt_root.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix="trainspec-ckpt-", dir=ckpt_root))
+        except OSError as e:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise ConfigError(f"--ckpt-root {ckpt_root}: cannot make a folder there ({e}); "
+                              "name a writable folder every node sees") from None
 
     def world(self, size: int, adapter: AdapterSpec | None = None) -> World:
-        """The world of ``size`` ranks bound to ``adapter`` (the harness's own by default)."""
+        """The world of ``size`` ranks bound to ``adapter`` (the harness's own by default),
+        started by this process."""
+        found = self._world(size, adapter)
+        if not isinstance(found, World):
+            raise ConfigError(f"a world of {size} ranks is served by the launch")
+        return found
+
+    def _world(self, size: int, adapter: AdapterSpec | None = None) -> World | LaunchWorld:
+        """The world of ``size`` ranks bound to ``adapter``: a launch's when ranks > 0 are
+        launched processes."""
         spec = adapter or self.adapter
+        if size > 1 and self.ranks is not None and (spec, size) not in self.worlds:
+            from trainspec.conformance.run.launched import LaunchWorld
+
+            self.worlds[spec, size] = LaunchWorld(
+                size, self.root, spec, ranks=self.ranks,
+                slots=self._slots.setdefault(spec, []), spawn_log=self._log_path("r0"),
+                is_shared=self._ckpt_base is not None)
         if (spec, size) not in self.worlds:
             if spec != self.adapter:
                 self._retire_others(spec)
@@ -93,7 +130,7 @@ class Harness:
         beyond those it has: they import and warm up while other runs go on, ``preload`` too
         (modules its runs import, e.g. torchmetrics; a worker already running imports them
         in the first run that needs them)."""
-        if self.fresh or size < 2 or (self.adapter, size) in self.worlds:
+        if self.fresh or size < 2 or (self.adapter, size) in self.worlds or self.ranks:
             return
         slots = self._slots.setdefault(self.adapter, [])
         self._warm = tuple(preload)
@@ -137,7 +174,7 @@ class Harness:
         return self if adapter == self.adapter else AdapterRuns(harness=self, adapter=adapter)
 
     def new_ckpt_root(self, label: str) -> Path:
-        path = self.root / "runs" / f"{next(self._dirs)}-{label}"[:100]
+        path = (self._ckpt_base or self.root) / "runs" / f"{next(self._dirs)}-{label}"[:100]
         path.mkdir(parents=True)
         return path
 
@@ -158,7 +195,7 @@ class Harness:
         preload = ("torchmetrics",) if scenario.task.metric == "torchmetrics" else ()
         if self.backend and scenario.world_size > 1:
             scenario = scenario.with_config(**{"ddp.backend": self.backend})
-        return self.world(scenario.world_size, adapter).run(
+        return self._world(scenario.world_size, adapter).run(
             scenario, ckpt_root=root, timeout_s=self.bound_s(timeout_s or self.timeout_s),
             preload=preload)
 
@@ -187,6 +224,8 @@ class Harness:
             self._slots.clear()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+            if self._ckpt_base is not None:
+                shutil.rmtree(self._ckpt_base, ignore_errors=True)
 
     def __enter__(self) -> Harness:
         return self

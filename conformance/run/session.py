@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -37,7 +37,7 @@ from trainspec.errors import ConfigError, HarnessError
 
 __all__ = ["MIN_FREE_RUN_B", "MIN_FREE_START_B", "START_TIMEOUT_S", "WorkerProcess",
            "abort_all", "close_all", "is_aborted", "profile_workers", "profiled", "require_disk",
-           "reset_abort"]
+           "reset_abort", "worker_environ"]
 
 T = TypeVar("T")
 
@@ -57,6 +57,26 @@ _PROFILE_DIR: list[Path] = []
 # (checked when a harness opens); below the second a broken run is blamed on the disk
 MIN_FREE_START_B = 64 * 2**20
 MIN_FREE_RUN_B = 8 * 2**20
+
+
+# the launcher's view of this process (torchrun's, SLURM's): a worker's runs get their own
+# rank's environment in the run request, and a single-rank run must not look like one rank of
+# the user's launch (a framework reading RANK or SLURM_PROCID would join a world that is not
+# there)
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+                "MASTER_PORT")
+_LAUNCH_PREFIXES = ("TORCHELASTIC_", "SLURM_", "PMI_", "OMPI_COMM_WORLD_")
+
+
+def worker_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """A worker's environment: this process's, without the launcher's rank variables, and
+    with CUDA's availability read through NVML (``torch.cuda.is_available()`` then does not
+    initialise CUDA in a process that forks runs)."""
+    env = {k: v for k, v in environ.items()
+           if k not in _LAUNCH_VARS and not k.startswith(_LAUNCH_PREFIXES)}
+    env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    return env
 
 
 def require_disk(root: Path, need_b: int, *, during: str = "") -> None:
@@ -116,7 +136,7 @@ class WorkerProcess:
     def __init__(self, log_path: Path) -> None:
         if _ABORTED.is_set():
             raise HarnessError("interrupted: no new worker starts once the run is stopping")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+        env = {**worker_environ(os.environ), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
                "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
         self.log_path = log_path
         self._log = log_path.open("ab")

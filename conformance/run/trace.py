@@ -191,6 +191,9 @@ class RankTrace:
     tests: tuple[TestPass, ...] = ()
     end: RunEnd | None = None
     writes: tuple[Write, ...] = ()  # checkpoint-folder writes this rank's process made
+    # False: the rank ran on another node than rank 0 with a node-local checkpoint folder
+    # (a launch without --ckpt-root), so rank 0's files were never there for it to see
+    sees_rank0_files: bool = True
 
     @property
     def epochs_trained(self) -> list[int]:

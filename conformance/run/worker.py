@@ -126,8 +126,22 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def refuse_fork_after_cuda() -> None:
+    """CUDA does not survive a fork once initialised: a child forked from a worker that holds
+    a CUDA context fails in its first CUDA call, or hangs. The worker warms up on CPU only;
+    when something it imported (the adapter, its framework) initialised CUDA anyway, every
+    run says so instead of breaking in the trainer."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise HarnessError("CUDA was initialised in the worker before it forked a run (the "
+                           "adapter's module, its factory or its environment() touched a "
+                           "device); runs fork from the worker, which CUDA does not survive. "
+                           "Move device work into the adapter's run().")
+
+
 def _run_child(request: Run | Property, adapter: object) -> RunReply:
     """Fork a child for ``request``, wait for it within the bound, and say how it ended."""
+    refuse_fork_after_cuda()
     sys.stdout.flush()
     sys.stderr.flush()
     before = children()  # a daemon the adapter started at import stays; a run's strays go

@@ -12,6 +12,7 @@ bind it and parallel suites never collide. Every run has a bound: a rank past it
 from __future__ import annotations
 
 import itertools
+import os
 import select
 import signal
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from trainspec.conformance.run.child import has_ended
 from trainspec.conformance.run.files import FileRecord
+from trainspec.conformance.run.launch import nccl_env
 from trainspec.conformance.run.protocol import (
     AdapterSpec,
     Describe,
@@ -51,7 +53,7 @@ from trainspec.conformance.run.trace import (
 )
 from trainspec.errors import AdapterError, HarnessError
 
-__all__ = ["World"]
+__all__ = ["Grace", "World", "grace_s", "next_job_dir", "rank_trace"]
 
 # job folders are numbered across every world of the process: worlds of several adapters and
 # sizes share one scratch folder
@@ -63,7 +65,14 @@ _REPLY_MARGIN_S = 15.0  # the worker bounds its child; this covers the stack dum
 _IMPORT_MARGIN_S = 10.0
 
 
-def _grace_s(scenario: Scenario) -> float | None:
+def next_job_dir(root: Path, label: str) -> Path:
+    """A new job folder under ``root`` for one run (numbered across every world)."""
+    job_dir = root / f"job{next(_JOBS)}-{label}"[:120]
+    job_dir.mkdir(parents=True)
+    return job_dir
+
+
+def grace_s(scenario: Scenario) -> float | None:
     """How long the ranks of a multi-rank run may go on once one has ended, or while none
     records anything: the bound on its collectives and 10 s more (a rank that honours the
     bound errors within it; rank 0 finishing its own work, writing its last files, has the
@@ -77,7 +86,7 @@ def _grace_s(scenario: Scenario) -> float | None:
     return bound + 10.0
 
 
-class _Grace:
+class Grace:
     """When the ranks of a multi-rank run still running have nothing more to show: ``grace_s``
     after a rank's run ended (its reply came, or it recorded how its adapter's run ended), or
     once no rank has recorded anything for ``grace_s``, every rank past its set-up (ranks
@@ -199,13 +208,12 @@ class World:
         if self.fresh and self._runs:
             self.restart()  # fresh-process mode: nothing of an earlier run can leak into this one
         self._runs += 1
-        job_dir = self.root / f"job{next(_JOBS)}-{scenario.name}"[:120]
-        job_dir.mkdir(parents=True)
+        job_dir = next_job_dir(self.root, scenario.name)
         ckpt_root.mkdir(parents=True, exist_ok=True)
         for worker in self.workers:  # every rank warm before any starts: one rendezvous
             worker.wait_settled()
         started = time.monotonic()
-        store, env = self._rendezvous()
+        store, env = self._rendezvous(scenario)
         try:
             for rank, worker in enumerate(self.workers):
                 rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)} if env else {}
@@ -216,20 +224,20 @@ class World:
                                 # ended, its worker describes what the run left
                                 preload=tuple(preload), describe_files=rank == 0))
             # rank 0's worker then describes the files, bounded by timeout_s too
-            grace_s = _grace_s(scenario)
+            grace_for = grace_s(scenario)
             replies = self._collect(2 * timeout_s,
-                                    None if grace_s is None else _Grace(grace_s, job_dir))
+                                    None if grace_for is None else Grace(grace_for, job_dir))
         finally:
             del store
         duration = time.monotonic() - started
         if any(r.status != "exited" or r.code != 0 for r in replies):
             require_disk(self.root, MIN_FREE_RUN_B, during=scenario.name)
-        ranks = tuple(self._rank_trace(rank, job_dir, reply) for rank, reply in
+        ranks = tuple(rank_trace(rank, job_dir, reply) for rank, reply in
                       enumerate(replies))
         return Trace(scenario_name=scenario.name, ranks=ranks, files=self._files(replies[0]),
                      duration_s=duration)
 
-    def _rendezvous(self) -> tuple[object, dict[str, str]]:
+    def _rendezvous(self, scenario: Scenario) -> tuple[object, dict[str, str]]:
         """A store hosted here for a multi-rank run (torchrun's agent store), and its env."""
         if self.size == 1:
             return None, {}
@@ -237,8 +245,10 @@ class World:
 
         store = TCPStore("127.0.0.1", 0, world_size=self.size, is_master=True,
                          wait_for_workers=False)
+        bound = grace_s(scenario)
         return store, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
-                       "WORLD_SIZE": str(self.size), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+                       "WORLD_SIZE": str(self.size), "TORCHELASTIC_USE_AGENT_STORE": "True",
+                       **nccl_env(60.0 if bound is None else bound - 10.0, os.environ)}
 
     def _files(self, reply: RunReply) -> tuple[FileRecord, ...]:
         if reply.files_error:
@@ -270,9 +280,9 @@ class World:
             self.restart()
             return RunReply.lost(str(e))
 
-    def _collect(self, timeout_s: float, grace: _Grace | None = None) -> list[RunReply]:
+    def _collect(self, timeout_s: float, grace: Grace | None = None) -> list[RunReply]:
         """Every rank's reply, as each comes, within ``timeout_s`` (plus a margin); past its
-        ``grace`` (:class:`_Grace`) the ranks still running are cut short, each as a run past
+        ``grace`` (:class:`Grace`) the ranks still running are cut short, each as a run past
         its bound."""
         bound_s = timeout_s + _REPLY_MARGIN_S
         pending = dict(enumerate(self.workers))
@@ -302,32 +312,33 @@ class World:
             self.restart()
         return [replies[rank] for rank in range(len(self.workers))]
 
-    @staticmethod
-    def _rank_trace(rank: int, job_dir: Path, reply: RunReply) -> RankTrace:
-        records = read_records(job_dir / f"rank{rank}.events.jsonl")
-        kind = reply.status
-        status: RunStatus
-        error = detail = ""
-        errors = [e for e in records if isinstance(e, RunError)]
-        if kind == "timeout":
-            status, error = "timeout", reply.error or f"still running after {reply.timeout_s} s"
-            detail = reply.stack
-        elif kind == "killed":
-            status, error = "killed", f"killed by {signal.Signals(reply.signal or 0).name}"
-        elif kind == "exited" and reply.code == 0:
-            status = "completed"
-        elif kind == "exited" and errors:
-            status = "raised"
-            error = f"{errors[-1].type}: {errors[-1].message}".splitlines()[0][:300]
-            detail = errors[-1].traceback
-        elif kind == "exited":
-            status, error = "exited", f"exited with status {reply.code}"
-        else:
-            status, error = "lost", reply.error
-            detail = reply.traceback
-        return parse_rank(rank, records, status, error, detail)
-
     def close(self) -> None:
         """Stop every worker of the slots (a world closes with the others of its adapter)."""
         close_all(self.slots)
         self.slots.clear()
+
+
+def rank_trace(rank: int, job_dir: Path, reply: RunReply) -> RankTrace:
+    """Rank ``rank``'s trace from its records in ``job_dir`` and how its worker says it ended."""
+    records = read_records(job_dir / f"rank{rank}.events.jsonl")
+    kind = reply.status
+    status: RunStatus
+    error = detail = ""
+    errors = [e for e in records if isinstance(e, RunError)]
+    if kind == "timeout":
+        status, error = "timeout", reply.error or f"still running after {reply.timeout_s} s"
+        detail = reply.stack
+    elif kind == "killed":
+        status, error = "killed", f"killed by {signal.Signals(reply.signal or 0).name}"
+    elif kind == "exited" and reply.code == 0:
+        status = "completed"
+    elif kind == "exited" and errors:
+        status = "raised"
+        error = f"{errors[-1].type}: {errors[-1].message}".splitlines()[0][:300]
+        detail = errors[-1].traceback
+    elif kind == "exited":
+        status, error = "exited", f"exited with status {reply.code}"
+    else:
+        status, error = "lost", reply.error
+        detail = reply.traceback
+    return parse_rank(rank, records, status, error, detail)
