@@ -13,6 +13,7 @@ breaks and the example as JSON, which :func:`replay_example` runs again.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -39,6 +40,7 @@ from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
 from trainspec.conformance.run.scenario import CrashWhere, Scenario, ScoreScript, Task
 from trainspec.conformance.run.trace import RankTrace, parse_rank
 from trainspec.conformance.spec.model import (
+    Chain,
     Interruption,
     ModelConfig,
     expect_chain,
@@ -48,6 +50,7 @@ from trainspec.conformance.spec.model import (
 __all__ = ["examples", "judge_example", "run_generated"]
 
 _POINTS: tuple[Interruption, ...] = ("train_start", "train_end", "val_start", "val_after_save")
+_MORE_FILES = 3  # a resume is judged from the drawn file and up to this many others
 _SHRINK_S = 20.0  # past this, shrinking keeps the smallest failure found so far
 # two optimizer steps an epoch (so step counts show), nothing else: a run takes milliseconds
 _TASK = Task(n_train=8, n_val=4, n_test=4, batch_size=4)
@@ -89,6 +92,23 @@ def _score() -> st.SearchStrategy[float]:
                      st.floats(-1.0, 1.0, allow_nan=False, width=32))
 
 
+# a walk's steps: up, down, flat, gains below 0.01 and below float32's resolution, a NaN
+_STEPS = (0.125, -0.125, 0.0, 0.004, 1e-9, math.nan)
+
+
+@st.composite
+def _walk(draw: st.DrawFn, n: int) -> list[float]:
+    """Scores that move by steps, so improvements, plateaus and relapses come in runs."""
+    value, out = draw(st.sampled_from([0.25, 0.5])), []
+    for step in draw(st.lists(st.sampled_from(_STEPS), min_size=n, max_size=n)):
+        if math.isnan(step):
+            out.append(step)
+            continue
+        value += step
+        out.append(value)
+    return out
+
+
 @st.composite
 def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[str, Any]:
     """One generated chain: its kind, the fresh scenario, where the source is interrupted and
@@ -102,9 +122,11 @@ def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[st
         kinds.append("debug")
     kind = draw(st.sampled_from(kinds))
     chained = kind in ("resumed", "finetuned")
-    low = 0 if "eval_only" in caps and not chained else 1
-    n = draw(st.integers(low, 5))
-    scores = draw(st.lists(_score(), min_size=n, max_size=n))
+    # a chain needs epochs before and after its file; a fresh run may train none
+    low = 3 if chained else 0 if "eval_only" in caps else 1
+    n = draw(st.integers(low, 6 if chained else 5))
+    scores = draw(_walk(n)) if draw(st.booleans()) else draw(
+        st.lists(_score(), min_size=n, max_size=n))
     first = draw(st.one_of(st.none(), _score())) if "val_first" in caps else None
 
     def maybe(capability: str, strategy: st.SearchStrategy[Any], default: Any) -> Any:
@@ -116,8 +138,8 @@ def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[st
         "num_epochs": n, "val.first": first is not None,
         "val.every_n_epochs": maybe("val_every_n", st.integers(1, 3), 1),
         "val.minimize": draw(st.booleans()),
-        "val.patience": maybe("early_stopping", st.one_of(st.none(), st.integers(1, 3)), None),
-        "val.start_patience": maybe("start_patience", st.integers(0, 2), 0),
+        "val.patience": maybe("early_stopping", st.sampled_from([2, 3, None, 1]), None),
+        "val.start_patience": maybe("start_patience", st.sampled_from([0, 1, 2]), 0),
         "test.enable": maybe("test_pass", st.booleans(), False),
         "ckpt.enable": True if chained else ckpt and draw(st.booleans()),
         "ckpt.every_n_epochs": draw(st.sampled_from([None, 1, 2])) if ckpt else None,
@@ -191,15 +213,34 @@ def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[
         out = divergences(chain.source, src, src_files)
     else:
         out = file_divergences("interrupted source", chain.source, src_files)
-    if out or chain.start_file is None or chain.run is None:
+    if out or chain.run is None:
         return out
+    # a resume is judged from every file the source left (the drawn one first), a
+    # finetune from the drawn one
+    first = int(example["file_index"]) % len(chain.resumable)
+    order = [first] + ([i for i in range(len(chain.resumable)) if i != first][:_MORE_FILES]
+                       if kind == "resumed" else [])
+    for i in order:
+        at_file = expect_chain(cfg, score, kind=kind, steps_per_epoch=_spe(src),
+                               interrupted_at=point, file_index=i)
+        out = _second(adapter, kind, base, at_file, src, src_files, scratch / f"second-{i}")
+        if out:
+            return out
+    return []
+
+
+def _second(adapter: Any, kind: str, base: Scenario, chain: Chain, src: RankTrace,
+            src_files: list[FileRecord], scratch: Path) -> list[Divergence]:
+    """The run from the chain's start file, against the model."""
     want = chain.start_file
+    if want is None or chain.run is None:
+        return []
     found = [f for f in src_files if f.role == want.role and f.epoch == want.epoch]
     if not found:
-        return out
-    second = with_load(base, str(scratch / "source" / found[-1].relpath),
+        return []  # the source's files were judged: a missing one is reported there
+    second = with_load(base, str(scratch.parent / "source" / found[-1].relpath),
                        resume=kind == "resumed", name=f"generated-{kind}")
-    r, files = _run(adapter, second, scratch / "second")
+    r, files = _run(adapter, second, scratch)
     if r.status != "completed":
         return _broke(kind, r)
     return divergences(chain.run, r, files, source=src)
