@@ -40,12 +40,15 @@ def files(*rows: tuple[str, int, int]) -> tuple[FileExpect, ...]:
 def test_a_fresh_run_validates_every_epoch_and_keeps_the_strictly_better_scores() -> None:
     # LOOP-1.1, LOOP-2.1, BEST-1.1 (0.6 beats 0.5), BEST-1.3 (the tie 0.5 does not)
     run = expect_run(ModelConfig(num_epochs=3), script([0.5, 0.5, 0.6]), steps_per_epoch=2)
-    assert run.epochs_trained == (0, 1, 2) and run.steps_after == (2, 4, 6)
+    assert run.epochs_trained == (0, 1, 2)
+    assert run.steps_after == (2, 4, 6)
     assert [(v.epoch, v.improved, v.stop) for v in run.validations] == [
         (0, True, False), (1, False, False), (2, True, False)]
     # BEST-3.1, BEST-3.4, BEST-3.6 (best.pt of epoch 2, step 6); CKPT-1.1 (last.pt each epoch)
     assert run.files == files(("best.pt", 2, 6), ("last.pt", 2, 6))
-    assert run.best == (2, True) and run.test_passes == 1 and run.test_on == "best"  # BEST-4.1
+    assert run.best == (2, True)
+    assert run.test_passes == 1
+    assert run.test_on == "best"
 
 
 def test_a_gain_below_a_hundredth_still_improves() -> None:
@@ -67,8 +70,11 @@ def test_val_first_exhausting_patience_stops_before_training_and_still_tests() -
     cfg = ModelConfig(num_epochs=3, val_first=True, patience=1)
     run = expect_run(cfg, script([0.5, 0.6, 0.7], first=NAN))
     assert [v.epoch for v in run.validations] == [None]
-    assert run.stop_epoch == -1 and run.epochs_trained == ()
-    assert run.test_passes == 1 and run.test_on == "final" and run.files == ()
+    assert run.stop_epoch == -1
+    assert run.epochs_trained == ()
+    assert run.test_passes == 1
+    assert run.test_on == "final"
+    assert run.files == ()
 
 
 def test_a_val_first_improvement_writes_best_of_epoch_minus_one() -> None:
@@ -96,7 +102,9 @@ def test_a_resume_after_a_relapse_refills_patience_on_its_next_improvement() -> 
                          steps_per_epoch=3, interrupted_at=None, file_index=1)
     assert chain.start_file == FileExpect(role="epoch", name="epoch_1.pt", epoch=1, step=6)
     run = chain.run
-    assert run is not None and run.start_epoch == 2 and run.start_step == 6
+    assert run is not None
+    assert run.start_epoch == 2
+    assert run.start_step == 6
     assert [(v.epoch, v.improved, v.stop) for v in run.validations] == [
         (2, True, False), (3, False, False), (4, False, True)]
     # its own folder: epoch files 2..4, last.pt of 4, best.pt of its improvement at 2
@@ -111,17 +119,23 @@ def test_a_resume_from_the_early_stop_checkpoint_trains_nothing_and_tests_once()
     cfg = ModelConfig(num_epochs=5, patience=2)
     chain = expect_chain(cfg, script([0.5, 0.4, 0.3, 0.2, 0.1]), kind="resumed",
                          steps_per_epoch=1, interrupted_at=None, file_index=0)
-    assert chain.start_file is not None and chain.start_file.epoch == 2
+    assert chain.start_file is not None
+    assert chain.start_file.epoch == 2
     run = chain.run
-    assert run is not None and run.epochs_trained == () and run.validations == ()
-    assert run.test_passes == 1 and run.best == (0, False) and run.files == ()
+    assert run is not None
+    assert run.epochs_trained == ()
+    assert run.validations == ()
+    assert run.test_passes == 1
+    assert run.best == (0, False)
+    assert run.files == ()
 
 
 def test_a_resume_from_the_final_epoch_trains_nothing() -> None:
     # LOOP-1.3: start = k+1 = num_epochs, an empty range
     chain = expect_chain(ModelConfig(num_epochs=2), script([0.1, 0.2]), kind="resumed",
                          steps_per_epoch=1, interrupted_at=None, file_index=0)
-    assert chain.run is not None and chain.run.start_epoch == 2
+    assert chain.run is not None
+    assert chain.run.start_epoch == 2
     assert chain.run.epochs_trained == ()
 
 
@@ -133,7 +147,8 @@ def test_an_interruption_after_best_selection_leaves_that_epochs_best_but_not_it
                          interrupted_at=("val_after_save", 2), file_index=0)
     assert chain.reached
     assert chain.source.files == files(("best.pt", 2, 3), ("last.pt", 1, 2))
-    assert chain.run is not None and chain.run.epochs_trained == (2, 3)
+    assert chain.run is not None
+    assert chain.run.epochs_trained == (2, 3)
     assert [v.epoch for v in chain.run.validations] == [2, 3]
 
 
@@ -142,13 +157,15 @@ def test_an_interruption_the_run_never_reaches_leaves_the_whole_run() -> None:
     cfg = ModelConfig(num_epochs=5, patience=1)
     chain = expect_chain(cfg, script([0.5, 0.4, 0.6, 0.7, 0.8]), kind="resumed",
                          steps_per_epoch=1, interrupted_at=("train_start", 3), file_index=0)
-    assert not chain.reached and chain.source.epochs_trained == (0, 1)
+    assert not chain.reached
+    assert chain.source.epochs_trained == (0, 1)
 
 
 def test_an_interruption_in_epoch_zero_leaves_nothing_to_resume() -> None:
     chain = expect_chain(ModelConfig(num_epochs=3), script([0.1, 0.2, 0.3]), kind="resumed",
                          steps_per_epoch=1, interrupted_at=("train_end", 0), file_index=0)
-    assert chain.resumable == () and chain.run is None
+    assert chain.resumable == ()
+    assert chain.run is None
 
 
 def test_a_finetune_runs_val_first_and_tracks_afresh() -> None:
@@ -158,7 +175,8 @@ def test_a_finetune_runs_val_first_and_tracks_afresh() -> None:
     chain = expect_chain(cfg, script([0.3, 0.2], first=0.1), kind="finetuned",
                          steps_per_epoch=2, interrupted_at=None, file_index=0)
     run = chain.run
-    assert run is not None and (run.start_epoch, run.start_step) == (0, 0)
+    assert run is not None
+    assert (run.start_epoch, run.start_step) == (0, 0)
     assert [(v.epoch, v.improved) for v in run.validations] == [
         (None, True), (0, True), (1, False)]
 
@@ -169,7 +187,8 @@ def test_debug_caps_epochs_steps_once_and_writes_nothing(epochs: int,
     # DBG-2.1, DBG-2.2 (0 stays 0), DBG-3.1, DBG-4.1 (one batch, one optimizer step)
     run = expect_run(ModelConfig(num_epochs=epochs), script([0.1, 0.2, 0.3]), kind="debug",
                      steps_per_epoch=6)
-    assert run.epochs_trained == trained and run.steps_after == tuple(1 for _ in trained)
+    assert run.epochs_trained == trained
+    assert run.steps_after == tuple(1 for _ in trained)
     assert run.files == ()
 
 
