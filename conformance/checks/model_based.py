@@ -22,7 +22,7 @@ from trainspec.conformance.run.adapter import Capability
 from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.errors import HarnessError
 
-__all__ = ["GENERATED_RUNNER", "MODEL_CLAUSES", "examples_for", "replay_generated"]
+__all__ = ["GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "examples_for", "replay_generated"]
 
 GENERATED_RUNNER = "trainspec.conformance.checks.generated:run_generated"
 _MEMO = "model-based"
@@ -66,6 +66,26 @@ MODEL_CLAUSES: tuple[ModelClause, ...] = (
        ("checkpoint",)),
     _c("DIST-1", "pool_the_score", ("DIST-1.1",)),
 )
+
+
+_ALL = ("fresh", "resumed", "finetuned", "debug")
+_OWN = ("fresh", "finetuned", "debug")  # runs that track afresh: a resume's are RES-3's
+_FILES = ("fresh", "interrupted", "resumed", "finetuned")  # an interrupted source's files too
+# sentence -> the kinds of generated run it is judged on (the attribution of model_compare)
+JUDGED_ON: dict[str, tuple[str, ...]] = {
+    "LOOP-1.1": _OWN, "LOOP-1.2": ("fresh", "debug"),
+    "LOOP-2.1": _ALL, "LOOP-2.2": _ALL, "LOOP-2.3": _OWN, "LOOP-2.6": ("resumed",),
+    "LOOP-4.1": _ALL, "LOOP-4.2": _ALL, "LOOP-4.4": _ALL,
+    "BEST-1.1": _OWN, "BEST-2.1": _OWN,
+    "BEST-3.1": _FILES, "BEST-3.2": _FILES, "BEST-3.4": _FILES, "BEST-3.6": _FILES,
+    "BEST-4.1": _ALL, "BEST-4.2": _ALL, "NAN-1.1": _OWN, "PAT-5.1": _OWN,
+    "RES-1.1": ("resumed",), "RES-1.2": ("resumed",), "RES-1.3": ("resumed",),
+    "RES-3.1": ("resumed",), "RES-3.3": ("resumed",),
+    "FT-1.1": ("finetuned",), "FT-1.2": ("finetuned",),
+    "DBG-2.1": ("debug",), "DBG-3.1": ("debug",), "DBG-4.1": ("debug",),
+    "CKPT-1.1": _FILES, "CKPT-1.2": _FILES, "CKPT-1.3": _FILES, "CKPT-1.5": _FILES,
+    "DIST-1.1": _ALL,
+}
 
 
 def examples_for(max_examples: int) -> int:
