@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from trainspec.conformance.checks.base import SCRATCH
 from trainspec.conformance.checks.chains import with_load
 from trainspec.conformance.checks.model_compare import (
     Divergence,
@@ -144,6 +146,7 @@ def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[st
         "ckpt.enable": True if chained else ckpt and draw(st.booleans()),
         "ckpt.every_n_epochs": draw(st.sampled_from([None, 1, 2])) if ckpt else None,
         "ckpt.save_last": True if not ckpt else draw(st.booleans()),
+        "grad_accum_steps": maybe("grad_accum", st.sampled_from([1, 2]), 1),
     })
     at = None
     if chained and draw(st.booleans()):
@@ -277,7 +280,8 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
     if name.startswith("replay="):
         example = json.loads(name.removeprefix("replay="))
         with _scratch() as root:
-            found = judge_example(adapter, example, root)
+            found = [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))
+                     for d in judge_example(adapter, example, root)]
         return _result(found[0], example, 1) if found else {"passed": True, "examples": 1}
     exclude = set(filter(None, name.removeprefix("exclude=").split(",")))
     failure: dict[str, Any] = {}
@@ -292,7 +296,8 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
             return  # out of shrinking time: keep the smallest failure found
         count += 1
         with _scratch() as root:
-            found = judge_example(adapter, example, root)
+            found = [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))
+                     for d in judge_example(adapter, example, root)]
         assume(not any(d.clause in exclude for d in found))
         if found:
             if not failing:
@@ -336,7 +341,7 @@ def describe_example(example: dict[str, Any]) -> str:
         parts.append(f"its resumable file #{example['file_index']}")
     keys = ("num_epochs", "val.first", "val.every_n_epochs", "val.minimize", "val.patience",
             "val.start_patience", "test.enable", "ckpt.enable", "ckpt.every_n_epochs",
-            "ckpt.save_last")
+            "ckpt.save_last", "grad_accum_steps")
     parts.append(", ".join(f"{k}={s.get(k)}" for k in keys))
     scores = [s.scores.pooled(e, 1) for e in range(len(s.scores.epochs))]
     parts.append(f"scores {scores}" + ("" if s.scores.first is None else

@@ -91,6 +91,8 @@ def _validations(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergenc
         stopped = bool(expected) and expected[-1].stop
         sentence = _decision_sentence(kind, "stop", expected[-1]) if more and stopped \
             else "LOOP-2.2" if not more else "LOOP-2.1"
+        if kind == "debug" and more and not stopped:  # validations of epochs past the cap
+            sentence = "DBG-2.1" if want.epochs_trained else "DBG-2.2"
         return [Divergence(sentence=sentence, evidence=f"the {kind} run validated after "
                            f"{[label(None if v.phase == 'first' else v.epoch) for v in seen]}"
                            f"; expected {[label(x.epoch) for x in expected]}")]
@@ -106,7 +108,9 @@ def _epochs(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:
                            f"{list(trained)}; expected {list(want.epochs_trained)}")]
     for e, step in zip(r.train_epochs, want.steps_after, strict=True):
         if kind in ("resumed", "debug") and e.end_step is not None and e.end_step != step:
-            sentence = "RES-1.2" if kind == "resumed" else "DBG-4.1"
+            # a debug epoch steps once: more is more than one batch (DBG-1.1), none no step
+            sentence = "RES-1.2" if kind == "resumed" else "DBG-1.1" \
+                if e.end_step > step else "DBG-4.1"
             return [Divergence(sentence=sentence, evidence=f"the {kind} run ended epoch "
                                f"{e.epoch} at train_step {e.end_step}; expected {step}")]
     return []
