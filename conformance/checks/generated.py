@@ -94,19 +94,21 @@ def _score() -> st.SearchStrategy[float]:
                      st.floats(-1.0, 1.0, allow_nan=False, width=32))
 
 
-# a walk's steps: up, down, flat, gains below 0.01 and below float32's resolution, a NaN
-_STEPS = (0.125, -0.125, 0.0, 0.004, 1e-9, math.nan)
+# a walk's gains: better, a relapse, flat, gains below 0.01 and below float32's resolution,
+# a NaN; after a relapse the next gain is a new best
+_GAINS = (0.125, -0.0625, 0.0, 0.004, 1e-9, math.nan)
 
 
 @st.composite
-def _walk(draw: st.DrawFn, n: int) -> list[float]:
-    """Scores that move by steps, so improvements, plateaus and relapses come in runs."""
+def _walk(draw: st.DrawFn, n: int, minimize: bool) -> list[float]:
+    """Scores that move by gains in the direction of val.minimize, so improvements,
+    plateaus and relapses come in runs."""
     value, out = draw(st.sampled_from([0.25, 0.5])), []
-    for step in draw(st.lists(st.sampled_from(_STEPS), min_size=n, max_size=n)):
-        if math.isnan(step):
-            out.append(step)
+    for gain in draw(st.lists(st.sampled_from(_GAINS), min_size=n, max_size=n)):
+        if math.isnan(gain):
+            out.append(gain)
             continue
-        value += step
+        value += -gain if minimize else gain
         out.append(value)
     return out
 
@@ -127,7 +129,8 @@ def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[st
     # a chain needs epochs before and after its file; a fresh run may train none
     low = 3 if chained else 0 if "eval_only" in caps else 1
     n = draw(st.integers(low, 6 if chained else 5))
-    scores = draw(_walk(n)) if draw(st.booleans()) else draw(
+    minimize = draw(st.booleans())
+    scores = draw(_walk(n, minimize)) if draw(st.booleans()) else draw(
         st.lists(_score(), min_size=n, max_size=n))
     first = draw(st.one_of(st.none(), _score())) if "val_first" in caps else None
 
@@ -135,17 +138,20 @@ def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[st
         return draw(strategy) if capability in caps else default
 
     ckpt = "checkpoint" in caps
+    save_last = True if not ckpt else draw(st.booleans())
     s = Scenario(name="generated", scores=ScoreScript.of(scores, first),
                  task=_TASK).with_config(**{
         "num_epochs": n, "val.first": first is not None,
         "val.every_n_epochs": maybe("val_every_n", st.integers(1, 3), 1),
-        "val.minimize": draw(st.booleans()),
+        "val.minimize": minimize,
         "val.patience": maybe("early_stopping", st.sampled_from([2, 3, None, 1]), None),
         "val.start_patience": maybe("start_patience", st.sampled_from([0, 1, 2]), 0),
         "test.enable": maybe("test_pass", st.booleans(), False),
         "ckpt.enable": True if chained else ckpt and draw(st.booleans()),
-        "ckpt.every_n_epochs": draw(st.sampled_from([None, 1, 2])) if ckpt else None,
-        "ckpt.save_last": True if not ckpt else draw(st.booleans()),
+        # a chain always leaves a file to start from: numbered ones when last.pt is off
+        "ckpt.every_n_epochs": draw(st.sampled_from([1, 2] if chained and not save_last
+                                                    else [None, 1, 2])) if ckpt else None,
+        "ckpt.save_last": save_last,
         "grad_accum_steps": maybe("grad_accum", st.sampled_from([1, 2]), 1),
     })
     at = None

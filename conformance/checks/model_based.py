@@ -62,7 +62,6 @@ MODEL_CLAUSES: tuple[ModelClause, ...] = (
     _c("DBG-1", "take_one_debug_batch", ("DBG-1.1",), ("debug",)),
     _c("DBG-2", "cap_debug_epochs", ("DBG-2.1", "DBG-2.2"), ("debug",)),
     _c("DBG-3", "write_nothing_in_debug", ("DBG-3.1",), ("debug", "checkpoint")),
-    _c("DBG-4", "step_in_debug", ("DBG-4.1",), ("debug",)),
     _c("CKPT-1", "leave_the_model_files", ("CKPT-1.1", "CKPT-1.2", "CKPT-1.3", "CKPT-1.5"),
        ("checkpoint",)),
     _c("DIST-1", "pool_the_score", ("DIST-1.1",)),
@@ -84,7 +83,7 @@ JUDGED_ON: dict[str, tuple[str, ...]] = {
     "RES-3.1": ("resumed",), "RES-3.3": ("resumed",),
     "FT-1.1": ("finetuned",), "FT-1.2": ("finetuned",),
     "DBG-1.1": ("debug",), "DBG-2.1": ("debug",), "DBG-2.2": ("debug",),
-    "DBG-3.1": ("debug",), "DBG-4.1": ("debug",),
+    "DBG-3.1": ("debug",),
     "CKPT-1.1": _FILES, "CKPT-1.2": _FILES, "CKPT-1.3": _FILES, "CKPT-1.5": _FILES,
     "DIST-1.1": _ALL,
 }
