@@ -22,7 +22,7 @@ from trainspec.conformance.run.adapter import Capability
 from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.errors import HarnessError
 
-__all__ = ["GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "examples_for", "replay_generated"]
+__all__ = ["GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "examples_for"]
 
 GENERATED_RUNNER = "trainspec.conformance.checks.generated:run_generated"
 _MEMO = "model-based"
@@ -147,29 +147,9 @@ def _judge(ctx: CheckContext, clause: str) -> str:
 
 def _reproducer(target_args: str, example: dict[str, Any]) -> str:
     return ("# replay a generated run that departs from the model of the spec\n"
-            "from trainspec.conformance.checks.model_based import replay_generated\n\n"
+            "from trainspec.conformance.api import replay_generated\n\n"
             f"example = {json.dumps(example)!r}\n"
             f"replay_generated({target_args}, example=example)\n")
-
-
-def replay_generated(target: str | None = None, *, base_trainer: str | None = None,
-                     example: str | dict[str, Any]) -> None:
-    """Run one generated chain again (a reproducer's JSON) and judge it against the model.
-
-    Raises :class:`~trainspec.conformance.checks.CheckFailed` with the evidence on a slip.
-    """
-    from trainspec.conformance.run.harness import Harness
-    from trainspec.conformance.runner import resolve_target
-
-    data = json.loads(example) if isinstance(example, str) else example
-    with Harness(resolve_target(target, base_trainer).adapter) as harness:
-        outcome = harness.property("replay=" + json.dumps(data), runner=GENERATED_RUNNER,
-                                   max_examples=1)
-    if outcome.verdict == "failed":
-        raise CheckFailed(outcome.evidence)
-    if outcome.verdict == "broke":
-        raise HarnessError(f"the replay {outcome.status}: {outcome.error}")
-    print("the trainer matches the model of the spec on this generated run")
 
 
 def _register(spec: ModelClause) -> None:
