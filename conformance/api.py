@@ -26,6 +26,7 @@ from trainspec.conformance.plan import (
 )
 from trainspec.conformance.spec.results import CheckResult, Report
 from trainspec.conformance.targets import Target, resolve_target, with_remedies
+from trainspec.errors import HarnessError
 
 if TYPE_CHECKING:
     from trainspec.conformance.report.matrix import ConformanceMatrix
@@ -44,6 +45,7 @@ __all__ = [
     "plan",
     "plan_from",
     "replay",
+    "replay_generated",
     "run",
 ]
 
@@ -126,3 +128,27 @@ def replay(target: str | None = None, *, base_trainer: str | None = None, clause
         raise RunBroke(trace, s)
     match_decisions(clause, s, trace)
     print(f"{clause}: the trainer matches the oracle on this scenario")
+
+
+def replay_generated(target: str | None = None, *, base_trainer: str | None = None,
+                     example: str | Mapping[str, object]) -> None:
+    """Run one generated chain of runs again (a model-based reproducer's JSON) and judge it
+    against the model of the spec.
+
+    Raises :class:`~trainspec.conformance.checks.CheckFailed` with the evidence on a slip.
+    """
+    import json
+
+    from trainspec.conformance.checks.base import CheckFailed
+    from trainspec.conformance.checks.model_based import GENERATED_RUNNER
+    from trainspec.conformance.run.harness import Harness
+
+    data = json.loads(example) if isinstance(example, str) else dict(example)
+    with Harness(resolve_target(target, base_trainer).adapter) as harness:
+        outcome = harness.property("replay=" + json.dumps(data), runner=GENERATED_RUNNER,
+                                   max_examples=1)
+    if outcome.verdict == "failed":
+        raise CheckFailed(outcome.evidence)
+    if outcome.verdict == "broke":
+        raise HarnessError(f"the replay {outcome.status}: {outcome.error}")
+    print("the trainer matches the model of the spec on this generated run")

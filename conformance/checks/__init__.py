@@ -2,7 +2,18 @@
 
 from collections.abc import Sequence
 
-from trainspec.conformance.checks import best, ckpt, dbg, dist, ft, loop, nan, pat, res
+from trainspec.conformance.checks import (
+    best,
+    ckpt,
+    dbg,
+    dist,
+    ft,
+    loop,
+    model_based,
+    nan,
+    pat,
+    res,
+)
 from trainspec.conformance.checks.base import (
     CHECKS,
     CheckContext,
@@ -29,6 +40,7 @@ __all__ = [
     "dist",
     "ft",
     "loop",
+    "model_based",
     "nan",
     "pat",
     "res",

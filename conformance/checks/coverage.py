@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from trainspec.conformance.checks.base import CHECKS, CheckSpec
+from trainspec.conformance.checks.model_based import JUDGED_ON
 from trainspec.conformance.spec.clauses import get as get_clause
 from trainspec.conformance.spec.mutant_proofs import PROOFS
 from trainspec.conformance.spec.sentences import (
@@ -151,6 +152,8 @@ def scenarios_of(spec: CheckSpec) -> tuple[str, ...]:
     if module is None:
         return ()
     functions = _module_functions(module.__name__)
+    if spec.func.__name__ not in functions:
+        return ()  # a check registered in a loop (the model-based family): no scenario names
     found: dict[str, None] = {}
     _collect(spec.func.__name__, functions, found, set())
     return tuple(found)
@@ -214,6 +217,8 @@ def explain_lines(requested: str, coverage: Coverage | None = None) -> list[str]
             continue
         lines += [f"{'':12}check: {name}" for name in entry.checks] \
             or [f"{'':12}check: none yet (a gap)"]
+        if sentence.id in JUDGED_ON:
+            lines.append(f"{'':12}generated runs judged: {', '.join(JUDGED_ON[sentence.id])}")
         if entry.scenarios:
             lines.append(textwrap.fill("scenarios: " + ", ".join(entry.scenarios), width=88,
                                        initial_indent=" " * 12, subsequent_indent=" " * 14))
@@ -239,6 +244,9 @@ def clause_markdown(clause_id: str, coverage: Coverage | None = None) -> list[st
                          + (f" (scenarios {scenarios})" if scenarios else "") + ".")
         else:
             lines.append("  - **No check yet.**")
+        if sentence.id in JUDGED_ON:
+            lines.append("  - Judged on generated runs: "
+                         + ", ".join(JUDGED_ON[sentence.id]) + ".")
         if entry.mutants:
             lines += _mutant_items(entry.mutants)
         else:

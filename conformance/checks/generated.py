@@ -1,0 +1,356 @@
+"""Generated runs of every kind, judged against the model of the spec next to the trainer.
+
+Hypothesis draws a run kind (fresh; resumed from any file a source run left, interrupted at
+any point or run to its final epoch or its early stop; finetuned; debug), the config keys the
+spec names, and a score script with ties, non-finite values, gains below 0.01 and values closer
+than float32 can tell apart. Each example runs the chain in this process (a forked worker
+child, as a property does), interrupting the source run by an exception at the drawn point,
+and compares every run's observables, files included, with
+:mod:`trainspec.conformance.spec.model`. A failure is shrunk and comes back with the sentence it
+breaks and the example as JSON, which :func:`replay_example` runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
+
+from trainspec.conformance.checks.base import SCRATCH
+from trainspec.conformance.checks.chains import with_load
+from trainspec.conformance.checks.model_compare import (
+    Divergence,
+    divergences,
+    file_divergences,
+)
+from trainspec.conformance.run.adapter import CAPABILITIES
+from trainspec.conformance.run.describe import describe_files
+from trainspec.conformance.run.files import FileRecord
+from trainspec.conformance.run.memory import MemoryContext
+from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
+from trainspec.conformance.run.scenario import CrashWhere, Scenario, ScoreScript, Task
+from trainspec.conformance.run.trace import RankTrace, parse_rank
+from trainspec.conformance.spec.model import (
+    Chain,
+    Interruption,
+    ModelConfig,
+    expect_chain,
+    expect_run,
+)
+
+__all__ = ["examples", "judge_example", "run_generated"]
+
+_POINTS: tuple[Interruption, ...] = ("train_start", "train_end", "val_start", "val_after_save")
+_MORE_FILES = 3  # a resume is judged from the drawn file and up to this many others
+_SHRINK_S = 20.0  # past this, shrinking keeps the smallest failure found so far
+# two optimizer steps an epoch (so step counts show), nothing else: a run takes milliseconds
+_TASK = Task(n_train=8, n_val=4, n_test=4, batch_size=4)
+
+
+class Interrupted(BaseException):
+    """The drawn interruption: raised through the trainer as a kill would end it."""
+
+
+class _Interrupting(MemoryContext):
+    """A memory context that interrupts the run at one point (and at the epoch boundaries
+    it sees in the records, as the harness does)."""
+
+    def __init__(self, root: Path, at: tuple[CrashWhere, int] | None) -> None:
+        super().__init__(root)
+        self.at, self.fired = at, False
+
+    def record(self, record: Record) -> None:
+        if isinstance(record, TrainStart):
+            self.crash_point("train_start", record.epoch)
+        super().record(record)
+        if isinstance(record, TrainEnd):
+            self.crash_point("train_end", record.epoch)
+
+    def crash_point(self, where: CrashWhere, epoch: int) -> None:
+        if self.at == (where, epoch) and not self.fired:
+            self.fired = True
+            raise Interrupted(f"interrupted at {where} of epoch {epoch}")
+
+
+# ------------------------------------------------------------------------------ drawing
+
+
+def _score() -> st.SearchStrategy[float]:
+    """Values with ties, non-finite ones, gains under 0.01 and gaps float32 cannot show."""
+    return st.one_of(st.sampled_from([0.25, 0.5, 0.75]), st.sampled_from([0.5005, 0.503,
+                                                                          0.5 + 1e-9]),
+                     st.sampled_from([float("nan"), float("inf"), float("-inf")]),
+                     st.floats(-1.0, 1.0, allow_nan=False, width=32))
+
+
+# a walk's gains: better, a relapse, flat, gains below 0.01 and below float32's resolution,
+# a NaN; after a relapse the next gain is a new best
+_GAINS = (0.125, -0.0625, 0.0, 0.004, 1e-9, math.nan)
+
+
+@st.composite
+def _walk(draw: st.DrawFn, n: int, minimize: bool) -> list[float]:
+    """Scores that move by gains in the direction of val.minimize, so improvements,
+    plateaus and relapses come in runs."""
+    value, out = draw(st.sampled_from([0.25, 0.5])), []
+    for gain in draw(st.lists(st.sampled_from(_GAINS), min_size=n, max_size=n)):
+        if math.isnan(gain):
+            out.append(gain)
+            continue
+        value += -gain if minimize else gain
+        out.append(value)
+    return out
+
+
+@st.composite
+def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[str, Any]:
+    """One generated chain: its kind, the fresh scenario, where the source is interrupted and
+    which of its files the second run starts from (as JSON, the form a replay takes)."""
+    kinds = ["fresh"]
+    if {"checkpoint", "resume"} <= caps:
+        kinds.append("resumed")
+    if {"checkpoint", "finetune"} <= caps:
+        kinds.append("finetuned")
+    if "debug" in caps:
+        kinds.append("debug")
+    kind = draw(st.sampled_from(kinds))
+    chained = kind in ("resumed", "finetuned")
+    # a chain needs epochs before and after its file; a fresh run may train none
+    low = 3 if chained else 0 if "eval_only" in caps else 1
+    n = draw(st.integers(low, 6 if chained else 5))
+    minimize = draw(st.booleans())
+    scores = draw(_walk(n, minimize)) if draw(st.booleans()) else draw(
+        st.lists(_score(), min_size=n, max_size=n))
+    first = draw(st.one_of(st.none(), _score())) if "val_first" in caps else None
+
+    def maybe(capability: str, strategy: st.SearchStrategy[Any], default: Any) -> Any:
+        return draw(strategy) if capability in caps else default
+
+    ckpt = "checkpoint" in caps
+    save_last = True if not ckpt else draw(st.booleans())
+    s = Scenario(name="generated", scores=ScoreScript.of(scores, first),
+                 task=_TASK).with_config(**{
+        "num_epochs": n, "val.first": first is not None,
+        "val.every_n_epochs": maybe("val_every_n", st.integers(1, 3), 1),
+        "val.minimize": minimize,
+        "val.patience": maybe("early_stopping", st.sampled_from([2, 3, None, 1]), None),
+        "val.start_patience": maybe("start_patience", st.sampled_from([0, 1, 2]), 0),
+        "test.enable": maybe("test_pass", st.booleans(), False),
+        "ckpt.enable": True if chained else ckpt and draw(st.booleans()),
+        # a chain always leaves a file to start from: numbered ones when last.pt is off
+        "ckpt.every_n_epochs": draw(st.sampled_from([1, 2] if chained and not save_last
+                                                    else [None, 1, 2])) if ckpt else None,
+        "ckpt.save_last": save_last,
+        "grad_accum_steps": maybe("grad_accum", st.sampled_from([1, 2]), 1),
+    })
+    at = None
+    if chained and draw(st.booleans()):
+        at = [draw(st.sampled_from(_POINTS)), draw(st.integers(1, max(1, n - 1)))]
+    return {"kind": kind, "scenario": s.to_json(), "interrupted_at": at,
+            "file_index": draw(st.integers(0, 3)) if chained else 0}
+
+
+# ------------------------------------------------------------------------------ running
+
+
+def _run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | None = None
+         ) -> tuple[RankTrace, list[FileRecord]]:
+    """One run in this process: its rank trace and the files it left under ``root``."""
+    ctx = _Interrupting(root, at)
+    status, error, detail = "completed", "", ""
+    try:
+        adapter.run(s, ctx)
+        records = [*ctx.records, Done()]
+    except Interrupted:
+        records, status = list(ctx.records), "killed"
+    except Exception as e:
+        records, status, error = list(ctx.records), "raised", f"{type(e).__name__}: {e}"
+    trace = parse_rank(0, records, status, error, detail)  # type: ignore[arg-type]
+    files = [FileRecord.from_json(f) for f in describe_files(adapter, root)]
+    return trace, files
+
+
+def _spe(r: RankTrace) -> int:
+    """Optimizer steps an epoch takes, as the run's first epoch shows."""
+    steps = next((e.optimizer_steps for e in r.train_epochs if e.optimizer_steps), None)
+    return steps or 1
+
+
+def _broke(kind: str, r: RankTrace) -> list[Divergence]:
+    if r.status in ("completed", "killed"):
+        return []
+    sentence = {"resumed": "RES-1.1", "finetuned": "FT-1.1"}.get(kind, "LOOP-1.1")
+    return [Divergence(sentence=sentence, evidence=f"the {kind} run {r.status}: {r.error}; "
+                       "expected it to complete")]
+
+
+def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[Divergence]:
+    """Every divergence of one generated chain from the model, gravest first."""
+    kind = example["kind"]
+    base = Scenario.from_json(example["scenario"])
+    cfg = ModelConfig.from_mapping(base.config)
+
+    def score(epoch: int | None) -> float:
+        return base.scores.pooled(epoch, 1)
+
+    if kind in ("fresh", "debug"):
+        s = base.with_config(debug=True) if kind == "debug" else base
+        r, files = _run(adapter, s, scratch / "run")
+        if r.status != "completed":
+            return _broke(kind, r)
+        return divergences(expect_run(cfg, score, kind=kind, steps_per_epoch=_spe(r)), r, files)
+    at = example["interrupted_at"]
+    point = None if at is None else (at[0], int(at[1]))
+    src, src_files = _run(adapter, base, scratch / "source", point)
+    chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=_spe(src),
+                         interrupted_at=point, file_index=int(example["file_index"]))
+    out = _broke("fresh", src)
+    if out:
+        return out
+    if src.status == "completed":  # not interrupted: judged as a whole fresh run
+        out = divergences(chain.source, src, src_files)
+    else:
+        out = file_divergences("interrupted source", chain.source, src_files)
+    if out or chain.run is None:
+        return out
+    # a resume is judged from every file the source left (the drawn one first), a
+    # finetune from the drawn one
+    first = int(example["file_index"]) % len(chain.resumable)
+    order = [first] + ([i for i in range(len(chain.resumable)) if i != first][:_MORE_FILES]
+                       if kind == "resumed" else [])
+    for i in order:
+        at_file = expect_chain(cfg, score, kind=kind, steps_per_epoch=_spe(src),
+                               interrupted_at=point, file_index=i)
+        out = _second(adapter, kind, base, at_file, src, src_files, scratch / f"second-{i}")
+        if out:
+            return out
+    return []
+
+
+def _second(adapter: Any, kind: str, base: Scenario, chain: Chain, src: RankTrace,
+            src_files: list[FileRecord], scratch: Path) -> list[Divergence]:
+    """The run from the chain's start file, against the model."""
+    want = chain.start_file
+    if want is None or chain.run is None:
+        return []
+    found = [f for f in src_files if f.role == want.role and f.epoch == want.epoch]
+    if not found:
+        return []  # the source's files were judged: a missing one is reported there
+    second = with_load(base, str(scratch.parent / "source" / found[-1].relpath),
+                       resume=kind == "resumed", name=f"generated-{kind}")
+    r, files = _run(adapter, second, scratch)
+    if r.status != "completed":
+        return _broke(kind, r)
+    return divergences(chain.run, r, files, source=src)
+
+
+def feasible(example: dict[str, Any]) -> bool:
+    """Whether the chain has a file to start from (the model says, before any run)."""
+    if example["kind"] not in ("resumed", "finetuned"):
+        return True
+    base = Scenario.from_json(example["scenario"])
+    at = example["interrupted_at"]
+    chain = expect_chain(ModelConfig.from_mapping(base.config),
+                         lambda e: base.scores.pooled(e, 1), kind=example["kind"],
+                         steps_per_epoch=1, file_index=int(example["file_index"]),
+                         interrupted_at=None if at is None else (at[0], int(at[1])))
+    return chain.run is not None
+
+
+@contextmanager
+def _scratch() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="trainspec-gen-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, Any]:
+    """The property runner (``name``: ``exclude=<clauses>`` or ``replay=<example JSON>``).
+
+    Examples showing a divergence of an excluded clause (one already charged) are skipped, so
+    the rest is judged on runs free of that slip.
+    """
+    if name.startswith("replay="):
+        example = json.loads(name.removeprefix("replay="))
+        with _scratch() as root:
+            found = [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))
+                     for d in judge_example(adapter, example, root)]
+        return _result(found[0], example, 1) if found else {"passed": True, "examples": 1}
+    exclude = set(filter(None, name.removeprefix("exclude=").split(",")))
+    failure: dict[str, Any] = {}
+    failing: set[str] = set()
+    count, since = 0, [0.0]
+
+    def once(example: dict[str, Any]) -> None:
+        nonlocal count
+        assume(feasible(example))
+        key = json.dumps(example, sort_keys=True)
+        if failing and key not in failing and time.monotonic() - since[0] > _SHRINK_S:
+            return  # out of shrinking time: keep the smallest failure found
+        count += 1
+        with _scratch() as root:
+            found = [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))
+                     for d in judge_example(adapter, example, root)]
+        assume(not any(d.clause in exclude for d in found))
+        if found:
+            if not failing:
+                since[0] = time.monotonic()
+            failing.add(key)
+            failure.clear()
+            failure.update(_result(found[0], example, count))
+            raise AssertionError(found[0].evidence)
+
+    test = settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+                    suppress_health_check=list(HealthCheck), print_blob=False)(
+        given(examples(caps=frozenset(adapter.capabilities())))(once))
+    home = tempfile.mkdtemp(prefix="trainspec-hypothesis-")
+    set_hypothesis_home_dir(home)
+    try:
+        test()
+    except (AssertionError, BaseExceptionGroup):
+        if not failure:
+            raise
+        return {**failure, "examples": count}
+    finally:
+        set_hypothesis_home_dir(None)
+        shutil.rmtree(home, ignore_errors=True)
+    return {"passed": True, "examples": count}
+
+
+def _result(d: Divergence, example: dict[str, Any], count: int) -> dict[str, Any]:
+    return {"passed": False, "examples": count, "sentence": d.sentence,
+            "evidence": f"{d.sentence}: {d.evidence} [{describe_example(example)}]",
+            "scenario": example}
+
+
+def describe_example(example: dict[str, Any]) -> str:
+    """The generated chain in one phrase: kind, interruption, file, config, scores."""
+    s = Scenario.from_json(example["scenario"])
+    parts = [example["kind"]]
+    if example["kind"] in ("resumed", "finetuned"):
+        at = example["interrupted_at"]
+        parts.append("from a source run " + ("run to its end" if at is None
+                                             else f"interrupted at {at[0]} of epoch {at[1]}"))
+        parts.append(f"its resumable file #{example['file_index']}")
+    keys = ("num_epochs", "val.first", "val.every_n_epochs", "val.minimize", "val.patience",
+            "val.start_patience", "test.enable", "ckpt.enable", "ckpt.every_n_epochs",
+            "ckpt.save_last", "grad_accum_steps")
+    parts.append(", ".join(f"{k}={s.get(k)}" for k in keys))
+    scores = [s.scores.pooled(e, 1) for e in range(len(s.scores.epochs))]
+    parts.append(f"scores {scores}" + ("" if s.scores.first is None else
+                                      f", val.first score {s.scores.pooled(None, 1)}"))
+    return "; ".join(parts)
+

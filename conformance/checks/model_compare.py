@@ -1,0 +1,213 @@
+"""A run's observables against the model's, each divergence charged to the sentence it breaks.
+
+:func:`divergences` compares one rank's trace and the files its run left with a
+:class:`~trainspec.conformance.spec.model.RunExpect`, gravest first: where the run starts, the
+validations in order (schedule, pooled score, improvement, stop), the epochs trained and their
+steps, the best weights, the test pass, then every checkpoint file. Which sentence a divergence
+breaks depends on the kind of run: a resumed run's decisions are RES-3's, a finetune's
+tracking FT-4's, a fresh run's the oracle's (PAT-5).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trainspec.conformance.checks.common import fmt_scores, label, weights_diff
+from trainspec.conformance.run.files import FileRecord
+from trainspec.conformance.run.trace import RankTrace
+from trainspec.conformance.spec.model import RunExpect, RunKind, ValidationExpect
+
+__all__ = ["Divergence", "divergences", "file_divergences"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Divergence:
+    sentence: str  # "RES-3.3"
+    evidence: str  # one line: observed vs expected
+
+    @property
+    def clause(self) -> str:
+        return self.sentence.rpartition(".")[0]
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _start(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:
+    if r.setup is None:
+        return []
+    epoch_s = {"resumed": "RES-1.1", "finetuned": "FT-1.2"}.get(kind, "LOOP-1.2")
+    if r.setup.epoch != want.start_epoch:
+        return [Divergence(sentence=epoch_s, evidence=f"the {kind} run started at epoch "
+                           f"{r.setup.epoch}; expected {want.start_epoch}")]
+    step_s = {"resumed": "RES-1.2", "finetuned": "FT-1.2"}.get(kind)
+    if step_s is not None and r.setup.train_step != want.start_step:
+        return [Divergence(sentence=step_s, evidence=f"the {kind} run started at train_step "
+                           f"{r.setup.train_step}; expected {want.start_step}")]
+    return []
+
+
+def _decision_sentence(kind: RunKind, what: str, v: ValidationExpect) -> str:
+    if kind == "resumed":
+        return "RES-3.3"  # the same decisions as the uninterrupted run
+    # a finetune tracks afresh (FT-4): its slips read as a fresh run's would
+    if what == "improved":
+        return "BEST-1.1" if math.isfinite(v.score) else "NAN-1.1"
+    return "PAT-5.1"
+
+
+def _validations(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:
+    seen = list(r.validations)
+    expected = list(want.validations)
+    for i, (v, d) in enumerate(zip(seen, expected, strict=False)):
+        got = None if v.phase == "first" else v.epoch
+        where = f"the {kind} run's validation {i} (after {label(d.epoch)})"
+        if got != d.epoch:
+            sentence = "LOOP-2.1"
+            if None in (got, d.epoch):
+                sentence = "LOOP-2.6" if kind == "resumed" else "LOOP-2.3"
+            return [Divergence(sentence=sentence, evidence=f"{where} ran after {label(got)}; "
+                               f"expected the validations after "
+                               f"{[label(x.epoch) for x in expected]}")]
+        if not _same(v.score, d.score):
+            return [Divergence(sentence="DIST-1.1", evidence=f"{where} pooled the score "
+                               f"{fmt_scores([v.score])}; expected {fmt_scores([d.score])}")]
+        if v.improved != d.improved:
+            so_far = fmt_scores([x.score for x in expected[: i + 1]])
+            return [Divergence(sentence=_decision_sentence(kind, "improved", d),
+                               evidence=f"{where} was {'taken' if v.improved else 'not taken'} "
+                               f"as an improvement; expected "
+                               f"{'an improvement' if d.improved else 'none'} (scores "
+                               f"{so_far})")]
+        if v.stop != d.stop:
+            return [Divergence(sentence=_decision_sentence(kind, "stop", d),
+                               evidence=f"{where} {'stopped' if v.stop else 'did not stop'} "
+                               f"the run; expected {'a stop' if d.stop else 'no stop'}")]
+    if len(seen) != len(expected):
+        more = len(seen) > len(expected)
+        stopped = bool(expected) and expected[-1].stop
+        sentence = _decision_sentence(kind, "stop", expected[-1]) if more and stopped \
+            else "LOOP-2.2" if not more else "LOOP-2.1"
+        if kind == "debug" and more and not stopped:  # validations of epochs past the cap
+            sentence = "DBG-2.1" if want.epochs_trained else "DBG-2.2"
+        return [Divergence(sentence=sentence, evidence=f"the {kind} run validated after "
+                           f"{[label(None if v.phase == 'first' else v.epoch) for v in seen]}"
+                           f"; expected {[label(x.epoch) for x in expected]}")]
+    return []
+
+
+def _epochs(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:
+    trained = tuple(r.epochs_trained)
+    if trained != want.epochs_trained:
+        sentence = "RES-1.3" if kind == "resumed" else "DBG-2.1" if kind == "debug" \
+            else "LOOP-1.1"
+        return [Divergence(sentence=sentence, evidence=f"the {kind} run trained epochs "
+                           f"{list(trained)}; expected {list(want.epochs_trained)}")]
+    for e, step in zip(r.train_epochs, want.steps_after, strict=True):
+        if kind in ("resumed", "debug") and e.end_step is not None and e.end_step != step:
+            # a debug epoch steps once: more is more than one batch (DBG-1.1)
+            if kind == "debug" and e.end_step < step:
+                continue  # no step at all: DBG-4's own check judges it
+            sentence = "RES-1.2" if kind == "resumed" else "DBG-1.1"
+            return [Divergence(sentence=sentence, evidence=f"the {kind} run ended epoch "
+                               f"{e.epoch} at train_step {e.end_step}; expected {step}")]
+    return []
+
+
+def _best(kind: RunKind, want: RunExpect, r: RankTrace,
+          source: RankTrace | None) -> list[Divergence]:
+    sentence = "RES-3.1" if kind == "resumed" else "BEST-2.1"
+    if r.end is None:
+        return []
+    if want.best is None:
+        return []  # what a run holds without an improvement shows in its test (BEST-4.2)
+    epoch, in_run = want.best
+    where = r if in_run else source
+    held = None if where is None else next(
+        (v for v in where.validations if (None if v.phase == "first" else v.epoch) == epoch),
+        None)
+    if held is None:
+        return []  # that validation's divergence was reported, or the source was cut short
+    diff = weights_diff(held.weights, r.best_model)
+    if diff is not None:
+        return [Divergence(sentence=sentence, evidence=f"the {kind} run's best weights are not "
+                           f"those validated after {label(epoch)}, the best score: {diff}")]
+    return []
+
+
+def _test(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:
+    if len(r.tests) != want.test_passes:
+        sentence = "LOOP-4.4" if want.test_passes == 0 else \
+            "LOOP-4.2" if want.stop_epoch is not None else "LOOP-4.1"
+        return [Divergence(sentence=sentence, evidence=f"the {kind} run ran the test pass "
+                           f"{len(r.tests)} times; expected {want.test_passes}")]
+    if r.tests and want.test_on == "best" and r.best_model is not None:
+        diff = weights_diff(r.best_model, r.tests[0].weights)
+        if diff is not None:
+            return [Divergence(sentence="BEST-4.1", evidence=f"the {kind} run's test pass did "
+                               f"not evaluate the best weights: {diff}")]
+    if r.tests and want.test_on == "final" and r.final_weights is not None:
+        diff = weights_diff(r.final_weights, r.tests[0].weights)
+        if diff is not None:
+            return [Divergence(sentence="BEST-4.2", evidence=f"nothing improved, yet the {kind} "
+                               f"run's test pass did not evaluate the final weights: {diff}")]
+    return []
+
+
+def _name(f: FileRecord) -> str:
+    """The file's name, without the run's own folder (a run id differs every run)."""
+    return f.relpath.rpartition("/")[2]
+
+
+def file_divergences(kind: str, want: RunExpect, files: Sequence[FileRecord]
+                     ) -> list[Divergence]:
+    """Every checkpoint file the run left in its own folder against the model's."""
+    roles = [f for f in files if f.role in ("last", "best", "epoch")]
+    if want.kind == "debug":
+        if roles:
+            return [Divergence(sentence="DBG-3.1", evidence=f"the debug run wrote "
+                               f"{sorted(_name(f) for f in roles)}; expected no checkpoint")]
+        return []
+    out: list[Divergence] = []
+    expected = {(f.role, f.epoch if f.role == "epoch" else None): f for f in want.files}
+    seen: dict[tuple[str, int | None], FileRecord] = {}
+    for f in roles:
+        key = (str(f.role), f.epoch if f.role == "epoch" else None)
+        if key not in seen or f.mtime_ns > seen[key].mtime_ns:
+            seen[key] = f
+    for key, exp in expected.items():
+        got = seen.get(key)
+        if got is None:
+            sentence = {"last": "CKPT-1.1", "best": "BEST-3.1"}.get(exp.role, "CKPT-1.3")
+            out.append(Divergence(sentence=sentence, evidence=f"the {kind} run left no "
+                                  f"{exp.name}; expected one of epoch {exp.epoch}"))
+        elif (got.epoch, got.step) != (exp.epoch, exp.step):
+            sentence = {"best": "BEST-3.4" if got.epoch != exp.epoch else "BEST-3.6"}.get(
+                exp.role, "CKPT-1.5")
+            out.append(Divergence(sentence=sentence, evidence=f"the {kind} run's {_name(got)} "
+                                  f"holds epoch {got.epoch}, step {got.step}; expected epoch "
+                                  f"{exp.epoch}, step {exp.step}"))
+    for key, got in seen.items():
+        if key not in expected:
+            sentence = {"last": "CKPT-1.2", "best": "BEST-3.2"}.get(key[0], "CKPT-1.3")
+            out.append(Divergence(sentence=sentence, evidence=f"the {kind} run left "
+                                  f"{_name(got)} (epoch {got.epoch}); expected no such file "
+                                  f"(files expected: {sorted(f.name for f in want.files)})"))
+    return out
+
+
+def divergences(want: RunExpect, r: RankTrace, files: Sequence[FileRecord], *,
+                source: RankTrace | None = None) -> list[Divergence]:
+    """Every way the run departs from the model, gravest first (one per observable)."""
+    kind = want.kind
+    out = _start(kind, want, r)
+    out += _validations(kind, want, r)
+    if not out:  # epochs follow from the decisions: judged only when those agree
+        out += _epochs(kind, want, r)
+    out += _best(kind, want, r, source)
+    out += _test(kind, want, r)
+    out += file_divergences(kind, want, files)
+    return out

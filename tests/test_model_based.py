@@ -1,0 +1,49 @@
+"""The model-based family's declarations agree with one another and with the spec."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from trainspec.conformance.checks import CHECKS
+from trainspec.conformance.checks.model_based import JUDGED_ON, MODEL_CLAUSES, examples_for
+from trainspec.conformance.spec.sentences import get as get_sentence
+
+ROOT = Path(__file__).resolve().parent.parent
+CITED = re.compile(r'"([A-Z]+-\d+\.\d+)"')
+
+
+def cited_sentences() -> set[str]:
+    """Every sentence ID the comparison and the engine can charge a divergence to."""
+    found: set[str] = set()
+    for name in ("model_compare.py", "generated.py"):
+        found |= set(CITED.findall((ROOT / "conformance" / "checks" / name).read_text()))
+    return found
+
+
+def test_every_sentence_a_divergence_can_cite_is_reported_by_a_check_of_its_clause() -> None:
+    covered = {s for spec in MODEL_CLAUSES for s in spec.covers}
+    assert cited_sentences() - covered == set()
+
+
+def test_every_covered_sentence_exists_and_belongs_to_its_checks_clause() -> None:
+    for spec in MODEL_CLAUSES:
+        for sentence in spec.covers:
+            assert get_sentence(sentence).clause_id == spec.clause
+
+
+def test_the_sentence_map_names_the_run_kinds_of_exactly_the_covered_sentences() -> None:
+    covered = {s for spec in MODEL_CLAUSES for s in spec.covers}
+    assert set(JUDGED_ON) == covered
+
+
+def test_one_check_per_clause_is_registered_under_that_clause_alone() -> None:
+    for spec in MODEL_CLAUSES:
+        registered = CHECKS[f"check_generated_runs_{spec.subject}"]
+        assert registered.clauses == (spec.clause,)
+        assert registered.covers == spec.covers
+
+
+def test_the_fast_profile_draws_thirty_chains_and_ci_more() -> None:
+    assert examples_for(60) == 30
+    assert examples_for(250) > 100
