@@ -22,9 +22,9 @@ def judge_loop(run: AuditedRun, seq: Validations) -> list[CheckResult]:
 
 
 def _epochs(run: AuditedRun) -> CheckResult:
-    name, cfg = "audit_epochs_train_once_in_order", run.first.main.config
+    name = "audit_epochs_train_once_in_order"
     for launch in run.launches:
-        log, start = launch.main, _start(launch)
+        log, start, cfg = launch.main, _start(launch), launch.main.config
         epochs = [e.number("epoch") for e in log.of("train_start")]
         if epochs != list(range(start, start + len(epochs))):
             return result(name, "LOOP-1", "failed", f"epochs trained {epochs[:12]}; expected "
@@ -44,14 +44,15 @@ def _epochs(run: AuditedRun) -> CheckResult:
 
 
 def _schedule(run: AuditedRun) -> CheckResult:
-    name, cfg = "audit_validation_runs_when_due", run.first.main.config
-    if cfg.num_epochs is None or cfg.val_every_n_epochs is None or cfg.val_first is None:
-        return result(name, "LOOP-2", "n/a", "the log's config lacks num_epochs, "
-                      "val.every_n_epochs or val.first")
+    name, cfg = "audit_validation_runs_when_due", run.last.main.config
     for launch in run.launches:
-        log, start = launch.main, _start(launch)
+        log, start, cfg = launch.main, _start(launch), launch.main.config
+        if cfg.num_epochs is None or cfg.val_every_n_epochs is None or cfg.val_first is None:
+            return result(name, "LOOP-2", "n/a", "the log's config lacks num_epochs, "
+                          f"val.every_n_epochs or val.first ({log.where()})")
         trained = [e.number("epoch") for e in log.of("train_end")]
-        due = expected_validations(num_epochs=cfg.num_epochs, every_n_epochs=cfg.val_every_n_epochs,
+        due = expected_validations(num_epochs=cfg.num_epochs,
+                                   every_n_epochs=cfg.val_every_n_epochs,
                                    first=cfg.val_first and not launch.is_resume, start=start)
         vals = log.of("val")
         got = [None if e.get("phase") == "first" else e.number("epoch") for e in vals]
@@ -93,7 +94,7 @@ def _eval_only(run: AuditedRun) -> CheckResult:
 
 
 def _test_pass(run: AuditedRun) -> CheckResult:
-    name, cfg, launch = "audit_test_pass_runs_once_after_the_loop", run.first.main.config, \
+    name, cfg, launch = "audit_test_pass_runs_once_after_the_loop", run.last.main.config, \
         run.last
     if cfg.test_enable is None or not launch.has_ended:
         return result(name, "LOOP-4", "n/a", "not observable from this run: " + (

@@ -92,7 +92,7 @@ def validations(run: AuditedRun) -> Validations:
             steps = [s for s in steps if s.epoch is None or s.epoch <= k]
         steps += [Step(launch=index, log=launch.main, event=e) for e in launch.main.of("val")
                   if e.get("score") is not None]
-    config = run.first.main.config
+    config = run.last.main.config  # a resume may extend num_epochs
     outcome = None
     if config.minimize is not None and config.has_patience is not None \
             and config.num_epochs is not None:
