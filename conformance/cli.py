@@ -1,4 +1,5 @@
-"""The command line (a contract, design.md): ``trainspec check | list | explain | matrix``.
+"""The command line (a contract, design.md): ``trainspec check | list | explain | matrix``
+(and ``audit``, in :mod:`trainspec.conformance.audit_cli`).
 
 Exit status: 0 conformant, 1 not conformant, 2 usage or configuration error, 3 internal error,
 130 interrupted. With ``check --baseline FILE``, 0 and 1 say instead whether a clause regressed
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from trainspec.conformance import api
 from trainspec.conformance.api import OPTIONS, Option, option
+from trainspec.conformance.audit_cli import add_audit_command
 from trainspec.conformance.command import SignalStop, require_writable
 from trainspec.conformance.spec import clauses as registry
 from trainspec.conformance.spec.links import DOCS_URL_ENV
@@ -181,6 +183,7 @@ def _build_parser() -> _Parser:
     explain.set_defaults(func=_cmd_explain)
 
     _add_matrix_command(sub)
+    add_audit_command(sub)
     return parser
 
 

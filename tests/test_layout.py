@@ -106,6 +106,9 @@ LAYERS: dict[str, frozenset[str]] = {
     "run": frozenset({"spec", "run"}),
     "checks": frozenset({"spec", "run", "checks"}),
     "report": frozenset({"spec", "report"}),
+    # the audit of a recorded real run: reads the run layer's logs, judges with the spec's
+    # oracle; never the checks (they drive scenarios) and never a writer
+    "audit": frozenset({"spec", "run", "audit"}),
 }
 # (file, layer) pairs allowed inside a function only, each with its reason
 LAZY_EXCEPTIONS = {
@@ -114,7 +117,7 @@ LAZY_EXCEPTIONS = {
 }
 PURE = frozenset({"spec"})  # layers that must not import torch (no processes, no tensors)
 TOP_LEVEL_LAYERS = frozenset({"api", "runner", "targets", "cli", "plugin", "deviations",
-                              "selftest"})
+                              "selftest", "audit_cli"})
 
 
 def layer_violations() -> list[str]:

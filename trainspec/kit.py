@@ -21,7 +21,10 @@ typed and documented, what every adapter needs:
   keys, epoch numbering, and how its files are read), :func:`observe` and
   :func:`frame_locals` (decisions a trainer keeps to itself),
   :class:`PendingValidation` (verdicts settled by later callbacks), :class:`HookBracket`
-  (hooks before and after a framework runner's own).
+  (hooks before and after a framework runner's own);
+- audit mode for a team's real runs (``trainspec audit``): :func:`audited` (a seed-shaped
+  trainer), :class:`AuditLog` (a ``RunContext`` a :class:`Recorder` reports into, writing the
+  run folder's audit log), :class:`AuditConfig`, :func:`audit_config`, :func:`weights_digest`.
 
 Importing it imports torch; adapters run in the suite's worker processes, next to the trainer.
 """
@@ -38,6 +41,8 @@ from trainspec.conformance.run.adapter import (
     NamesRootCauses,
     RunContext,
 )
+from trainspec.conformance.run.auditlog import AuditConfig, AuditLog, weights_digest
+from trainspec.conformance.run.auditseed import audit_config, audited
 from trainspec.conformance.run.files import (
     ROLES,
     FileRecord,
@@ -106,6 +111,8 @@ __all__ = [
     "ROLES",
     "Adapter",
     "AdapterError",
+    "AuditConfig",
+    "AuditLog",
     "Capability",
     "CheckpointRead",
     "ConfigSeen",
@@ -141,6 +148,8 @@ __all__ = [
     "TrainerState",
     "Validation",
     "Weights",
+    "audit_config",
+    "audited",
     "default_config",
     "describe_files",
     "describe_seed_files",
@@ -163,4 +172,5 @@ __all__ = [
     "task_schedulers",
     "top_level",
     "trainer_state",
+    "weights_digest",
 ]

@@ -1,0 +1,138 @@
+"""Judging the decisions of a real run: improvements, NaNs, patience and stops (BEST-1, NAN,
+PAT), against the oracle on the run's own scores.
+
+A clause whose situation the run never met (no NaN score, no validation below
+``val.start_patience``) is ``n/a`` with that reason: a real run shows what it shows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from trainspec.conformance.audit.sequence import Step, Validations, fmt_score
+from trainspec.conformance.spec.results import CheckOutcome, CheckResult
+
+__all__ = ["judge_decisions", "result"]
+
+
+def result(name: str, clause: str, outcome: CheckOutcome, evidence: str) -> CheckResult:
+    """One audit check's verdict on one clause."""
+    return CheckResult(name=name, clauses=(clause,), outcome=outcome, evidence=evidence,
+                       duration_s=0.0, cause=evidence if outcome == "failed" else "")
+
+
+def judge_decisions(seq: Validations) -> list[CheckResult]:
+    if seq.outcome is None or not seq.steps:
+        why = ("no validation with a score was logged" if not seq.steps else
+               "the log's config lacks val.minimize, val.patience or num_epochs")
+        return [result("audit_decisions", c, "n/a", why) for c in
+                ("BEST-1", "NAN-1", "NAN-2", "NAN-3", "PAT-1", "PAT-2", "PAT-3", "PAT-4",
+                 "PAT-5")]
+    return [*_improvements(seq), *_stops(seq)]
+
+
+def _mismatch(seq: Validations, i: int, what: str, got: bool, expected: bool) -> str:
+    step = seq.steps[i]
+    return (f"{step.name} scored {fmt_score(step.score)} and was {'' if got else 'not '}taken "
+            f"as {what}; the oracle says {'yes' if expected else 'no'} (scores so far "
+            f"{seq.scores_text(i)}, {seq.config_text()}) at {step.where}")
+
+
+def _improvements(seq: Validations) -> list[CheckResult]:
+    assert seq.outcome is not None
+    wrong: dict[str, str] = {}
+    for i, (step, decision) in enumerate(zip(seq.steps, seq.outcome.decisions, strict=False)):
+        if step.improved is None or step.improved == decision.improved:
+            continue
+        clause = "NAN-1" if not math.isfinite(step.score) else (
+            "NAN-2" if all(not math.isfinite(s.score) for s in seq.steps[:i]) and i
+            else "BEST-1")
+        wrong.setdefault(clause, _mismatch(seq, i, "an improvement", step.improved,
+                                           decision.improved))
+    n = len(seq.outcome.decisions)
+    finite = [s for s in seq.steps[:n] if math.isfinite(s.score)]
+    leading = next((i for i, s in enumerate(seq.steps) if math.isfinite(s.score)), None)
+    met = {"BEST-1": (bool(finite), "no finite score"),
+           "NAN-1": (len(finite) < n, "no non-finite score in this run"),
+           "NAN-2": (leading is not None and leading > 0,
+                     "no non-finite score before the first finite one")}
+    out = []
+    for clause, (is_met, why) in met.items():
+        if clause in wrong:
+            out.append(result("audit_improvements_match_the_oracle", clause, "failed",
+                              wrong[clause]))
+        elif is_met:
+            out.append(result("audit_improvements_match_the_oracle", clause, "passed",
+                              f"{n} improvement verdicts equal the oracle's on the run's "
+                              f"scores {seq.scores_text()}"))
+        else:
+            out.append(result("audit_improvements_match_the_oracle", clause, "n/a",
+                              f"not observable from this run: {why}"))
+    return out
+
+
+def _stops(seq: Validations) -> list[CheckResult]:
+    assert seq.outcome is not None
+    cfg, outcome = seq.config, seq.outcome
+    stopped = next((i for i, s in enumerate(seq.steps) if s.stop), None)
+    expected = None if outcome.stop_epoch is None else len(outcome.decisions) - 1
+    is_complete = bool(seq.steps[-1].log.of("end"))
+    evidence = ""
+    if stopped is None and expected is not None and (is_complete
+                                                     or expected < len(seq.steps) - 1):
+        evidence = (_mismatch(seq, expected, "a stop", False, True)
+                    + "; the run went on (PAT-1.3: never later)")
+    elif stopped is not None and (expected is None or stopped < expected):
+        evidence = (_mismatch(seq, stopped, "a stop", True, False)
+                    + "; the run stopped there (PAT-1.2: never earlier)")
+    elif stopped is not None and expected is not None and stopped > expected:
+        evidence = (_mismatch(seq, expected, "a stop", False, True)
+                    + f"; the run stopped only at {seq.steps[stopped].name}")
+    ok = not evidence
+    same = f"stop decisions equal the oracle's on the scores {seq.scores_text()}"
+    out = []
+
+    def judge(clause: str, is_met: Callable[[Step, int], bool], why: str) -> None:
+        met = any(is_met(s, k) for k, s in enumerate(seq.steps))
+        if not ok and met:
+            out.append(result("audit_stops_match_the_oracle", clause, "failed", evidence))
+        elif met:
+            out.append(result("audit_stops_match_the_oracle", clause, "passed", same))
+        else:
+            out.append(result("audit_stops_match_the_oracle", clause, "n/a",
+                              f"not observable from this run: {why}"))
+
+    counted = _counted(seq)
+    if cfg.has_patience:
+        judge("PAT-1", lambda s, k: True, "")
+        judge("PAT-2", lambda s, k: k > 0 and bool(s.improved) and counted[k - 1],
+              "no improvement after a counted non-improvement")
+        judge("PAT-3", lambda s, k: not s.improved and (s.epoch or 0) < (cfg.start_patience
+                                                                          or 0),
+              "no non-improvement below val.start_patience")
+        judge("NAN-3", lambda s, k: not math.isfinite(s.score), "no non-finite score")
+        out.append(result("audit_stops_match_the_oracle", "PAT-4", "n/a",
+                          "not observable from this run: val.patience is set"))
+    else:
+        judge("PAT-4", lambda s, k: True, "")
+        for clause in ("PAT-1", "PAT-2", "PAT-3", "NAN-3"):
+            out.append(result("audit_stops_match_the_oracle", clause, "n/a",
+                              "not observable from this run: val.patience is unset"))
+    flags = all(s.improved is None or s.improved == d.improved
+                for s, d in zip(seq.steps, outcome.decisions, strict=False))
+    out.append(result("audit_decisions_match_the_oracle", "PAT-5",
+                      "passed" if ok and flags else "failed",
+                      f"improvement and stop decisions of {len(seq.steps)} validations equal "
+                      f"the oracle's on {seq.scores_text()}" if ok and flags else
+                      evidence or "an improvement verdict differs from the oracle's "
+                      "(see BEST-1, NAN-1)"))
+    return out
+
+
+def _counted(seq: Validations) -> list[bool]:
+    """Whether each validation was a counted non-improvement (by the oracle)."""
+    assert seq.outcome is not None
+    start = seq.config.start_patience or 0
+    return [not d.improved and (d.epoch or 0) >= start for d in seq.outcome.decisions] + \
+        [False] * (len(seq.steps) - len(seq.outcome.decisions))
