@@ -308,7 +308,7 @@ def run_check(spec: CheckSpec, ctx: CheckContext) -> CheckResult:
             log.not_judged("", evidence)
         cases = tuple(log.cases)
         return result("failed", failing[0].evidence, failing[0].detail,
-                      common_cause([clean(c.cause) for c in failing]), cases)
+                      common_cause([normal_cause(clean(c.cause)) for c in failing]), cases)
     if outcome == "passed":
         if ctx.skipped:
             evidence = f"{evidence}; not run: {'; '.join(ctx.skipped)}"
