@@ -160,3 +160,33 @@ def test_observe_sees_an_argument_handed_on_and_frame_locals_a_local() -> None:
     assert trainer.train()["not_improved_count"] == 2
     with pytest.raises(AdapterError, match="no call of 'fit'"):
         kit.frame_locals("fit")
+
+
+def _doc_comment(name: str) -> str:
+    """The ``#:`` comment above ``name``'s assignment in the module the kit takes it from."""
+    import re
+
+    for path in (Path(__file__).resolve().parent.parent / "conformance" / "run").glob("*.py"):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if re.match(rf"^{re.escape(name)}(: [^=]+)? = ", line) and i and \
+                    lines[i - 1].startswith("#:"):
+                return lines[i - 1]
+    return ""
+
+
+def test_every_name_the_kit_exports_is_on_the_api_page_with_a_docstring() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text(
+        encoding="utf-8")
+    absent = [n for n in kit.__all__ if f".{n}\n" not in page and f"`{n}`" not in page]
+    assert absent == []
+    import inspect
+
+    def documented(name: str) -> bool:
+        obj = getattr(kit, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            return bool((obj.__doc__ or "").strip())
+        return bool(_doc_comment(name))  # a constant or a type alias: its ``#:`` comment
+
+    undocumented = [n for n in kit.__all__ if not documented(n)]
+    assert undocumented == []

@@ -36,6 +36,9 @@ __all__ = [
     "removed_capability",
 ]
 
+#: What a trainer can be asked to do; an adapter declares the ones its trainer has, and a check
+#: (or a case of one) whose scenario needs one it lacks is ``n/a`` (the scenario reference lists
+#: the keys and clauses each opens).
 Capability = Literal[
     "checkpoint",  # writes last.pt / best.pt / epoch_<e>.pt in the run directory
     "resume",  # ckpt.resume continues an interrupted run
@@ -57,6 +60,7 @@ Capability = Literal[
 _REMOVED = {"sigterm": "CKPT-5 is judged for every target that checkpoints and resumes",
             "rng_state": "RES-4 is judged for every target that resumes"}
 
+#: Every :data:`Capability`.
 CAPABILITIES: frozenset[Capability] = frozenset(Capability.__args__)  # type: ignore[attr-defined]
 
 

@@ -39,7 +39,9 @@ __all__ = ["ROLES", "CheckpointRead", "FileRecord", "Role", "actionable_line", "
            "describe_files", "describe_seed_files", "error_line", "file_record", "load_dict",
            "read_checkpoint", "seed_role", "top_level"]
 
+#: What a checkpoint file is for: the newest (``last``), the best, or an epoch's own.
 Role = Literal["last", "best", "epoch"]
+#: Every :data:`Role`.
 ROLES: tuple[Role, ...] = ("last", "best", "epoch")
 
 _EPOCH_FILE = re.compile(r"^epoch_\d+\.pt$")

@@ -34,8 +34,10 @@ from trainspec.errors import AdapterError
 __all__ = ["CONTENTS", "FileLayout", "Progress"]
 
 # what a checkpoint may hold, in the spec's terms (FileRecord.holds; CKPT-1 asks for all)
+#: What a file may hold, in the spec's terms (``FileLayout(holds=...)``, ``FileRecord.holds``).
 CONTENTS = ("epoch", "step", "run_id", "config", "model", "optimizer", "scheduler")
 
+#: How far a file says its run got: ``(path, content) -> (epoch, step)``.
 Progress = Callable[[Path, Mapping[str, object]], tuple[int | None, int | None]]
 
 

@@ -45,6 +45,7 @@ __all__ = ["MISSING", "CheckpointRead", "Loader", "actionable_line", "error_line
            "trusting"]
 
 # the trainer's own reader, as an adapter states it: a path to the file's content
+#: The trainer's own reader of a file it wrote (``FileLayout(load=...)``): a path to its content.
 Loader = Callable[[Path], object]
 
 # a line that says what went wrong ("Unsupported global: ...", "Trying to load unsupported

@@ -35,6 +35,7 @@ __all__ = ["FileContent", "PendingValidation", "model_state_of", "newest_file",
 
 # what a checkpoint's content says: (epoch, step, model weights); raise AdapterError when the
 # content is not what the reader expects
+#: A reader of a checkpoint's content: ``content -> (epoch, step, model weights)``.
 FileContent = Callable[[Mapping[str, object]], tuple[int | None, int | None, Mapping[str, object]]]
 
 

@@ -55,9 +55,11 @@ __all__ = [
     "to_json",
 ]
 
+#: A model's weights as a state dict (parameter name -> tensor).
 Weights: TypeAlias = "dict[str, torch.Tensor]"  # a string: importing records costs no torch
 # nested state as torch gives it (an optimizer's state_dict): dicts, lists, tensors, numbers
 Nested: TypeAlias = object
+#: When a validation ran: ``"first"`` (``val.first``, before any epoch) or after an ``"epoch"``.
 Phase = Literal["first", "epoch"]
 StatePart = Literal["weights", "optimizer", "scheduler", "rng"]
 
@@ -243,6 +245,7 @@ class Done:
     t: float = 0.0
 
 
+#: Every record a run reports.
 Record: TypeAlias = (Setup | TrainStart | TrainEnd | Validation | TestPass | RunEnd
                      | ItemsOnRaise | Write | Crash | RunError | RunExit | Done)
 

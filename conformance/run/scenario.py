@@ -27,6 +27,7 @@ __all__ = [
 # (total, count) per rank; the pooled score is sum(total) / sum(count)
 RankScores = tuple[tuple[float, float], ...]
 
+#: Where a crash point interrupts a run (each value's comment says when).
 CrashWhere = Literal[
     "train_start",  # entering train_epoch(epoch): the previous epoch's files are written
     "train_end",  # leaving train_epoch(epoch): nothing of this epoch saved yet
