@@ -14,11 +14,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "conformance"
-ENTRY_POINTS = {"cli.py", "plugin.py"}
+ENTRY_POINTS = {"cli.py", "plugin.py", "audit_cli.py", "command.py"}
 # modules below the entry points that touch os.environ for something other than configuration
 PROCESS_ENV = {
     "run/session.py": "passes its own environment on to the worker processes it starts",
     "run/child.py": "applies a run's torchrun variables (RANK, ...) inside the forked child",
+    "launching.py": "reads the launcher's own variables (torchrun's, SLURM's) to serve its rank",
+    "run/launched.py": "the launch's rendezvous address, as the launcher set it",
+    "run/world.py": "passes NCCL's error handling on to the ranks, beside what the user set",
+    "run/profiling.py": "where the benchmark's run times go, set by the benchmark itself",
 }
 
 
