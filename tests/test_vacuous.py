@@ -24,8 +24,8 @@ import pytest
 
 from tests.bad_adapters import rel2_vacuous
 from trainspec.conformance.checks import CHECKS, CheckContext, run_check
-from trainspec.conformance.checks.properties import run_property
-from trainspec.conformance.run.adapter import CAPABILITIES
+from trainspec.conformance.checks.model_based import ENGINE_MEMO
+from trainspec.conformance.run.adapter import CAPABILITIES, load_object
 from trainspec.conformance.run.harness import Harness
 from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.conformance.run.records import Done, Record, RunEnd, RunExit, Setup
@@ -107,7 +107,13 @@ class SimulatedRuns:
             return PropertyOutcome(verdict="broke", status=ends,
                                    error=f"the property run {ends}")
         adapter = getattr(rel2_vacuous, self.trainer)()
-        return PropertyOutcome.from_json(run_property(name, adapter, max_examples=max_examples))
+        judge = load_object(runner)  # the runner a child would run next to the trainer
+        return PropertyOutcome.from_json(judge(name, adapter, max_examples=max_examples))
+
+
+# the model-based family's engine, per trainer: its checks share one engine's runs on a
+# target, as they do within one `trainspec check` (its state holds no path)
+_ENGINES: dict[str, object] = {}
 
 
 def simulate(trainer: str, check_name: str, root: Path) -> tuple[CheckResult, SimulatedRuns]:
@@ -115,7 +121,12 @@ def simulate(trainer: str, check_name: str, root: Path) -> tuple[CheckResult, Si
     runs = SimulatedRuns(trainer=trainer, root=root, behaviour=BEHAVIOURS[trainer])
     ctx = CheckContext(runs=runs, capabilities=CAPABILITIES,
                        world_size=2 if spec.multi_rank else 1, max_examples=4)
-    return run_check(spec, ctx), runs
+    if trainer in _ENGINES:
+        ctx.memo[ENGINE_MEMO] = _ENGINES[trainer]
+    result = run_check(spec, ctx)
+    if ENGINE_MEMO in ctx.memo:
+        _ENGINES[trainer] = ctx.memo[ENGINE_MEMO]
+    return result, runs
 
 
 @pytest.mark.parametrize("check_name", sorted(CHECKS))

@@ -45,6 +45,7 @@ from trainspec.conformance.spec.model import (
     Chain,
     Interruption,
     ModelConfig,
+    RunExpect,
     expect_chain,
     expect_run,
 )
@@ -53,6 +54,7 @@ __all__ = ["examples", "judge_example", "run_generated"]
 
 _POINTS: tuple[Interruption, ...] = ("train_start", "train_end", "val_start", "val_after_save")
 _MORE_FILES = 3  # a resume is judged from the drawn file and up to this many others
+_SET_ASIDE = 2  # runs showing a slip already charged, per example asked, before giving up
 _SHRINK_S = 20.0  # past this, shrinking keeps the smallest failure found so far
 # two optimizer steps an epoch (so step counts show), nothing else: a run takes milliseconds
 _TASK = Task(n_train=8, n_val=4, n_test=4, batch_size=4)
@@ -187,12 +189,18 @@ def _spe(r: RankTrace) -> int:
     return steps or 1
 
 
-def _broke(kind: str, r: RankTrace) -> list[Divergence]:
+def _broke(kind: str, r: RankTrace, start: tuple[str, str] | None = None
+           ) -> list[Divergence]:
+    """A run that did not complete; ``start``: the (path, name) of the file it started from,
+    named as the hand-written resume checks name it in the cause they share."""
     if r.status in ("completed", "killed"):
         return []
     sentence = {"resumed": "RES-1.1", "finetuned": "FT-1.1"}.get(kind, "LOOP-1.1")
+    cause = f"the run {r.status}: {r.error}"
+    if start is not None and r.status == "raised" and not r.is_ours:
+        cause = f"the trainer's resume raised {r.error.replace(start[0], f'<{start[1]}>')}"
     return [Divergence(sentence=sentence, evidence=f"the {kind} run {r.status}: {r.error}; "
-                       "expected it to complete")]
+                       "expected it to complete", cause=cause)]
 
 
 def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[Divergence]:
@@ -251,7 +259,7 @@ def _second(adapter: Any, kind: str, base: Scenario, chain: Chain, src: RankTrac
                        resume=kind == "resumed", name=f"generated-{kind}")
     r, files = _run(adapter, second, scratch)
     if r.status != "completed":
-        return _broke(kind, r)
+        return _broke(kind, r, (str(second.get("ckpt.load_from")), found[-1].name))
     return divergences(chain.run, r, files, source=src)
 
 
@@ -277,6 +285,58 @@ def _scratch() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+# clause -> what a run the model expects must hold for the clause to have something to judge
+_NEEDS: dict[str, str] = {
+    "LOOP-1": "epochs", "DBG-1": "epochs", "DBG-2": "epochs", "DBG-3": "epochs",
+    "LOOP-2": "validations", "BEST-1": "validations", "BEST-2": "validations",
+    "NAN-1": "validations", "PAT-5": "validations", "DIST-1": "validations",
+    "RES-3": "validations", "LOOP-4": "test", "BEST-4": "test",
+    "BEST-3": "files", "CKPT-1": "files", "RES-1": "run", "FT-1": "run",
+}
+_KINDS: dict[str, tuple[str, ...]] = {"DBG-1": ("debug",), "DBG-2": ("debug",),
+                                      "DBG-3": ("debug",), "RES-1": ("resumed",),
+                                      "RES-3": ("resumed",), "FT-1": ("finetuned",)}
+
+
+def _holds(want: RunExpect, need: str) -> bool:
+    if need == "epochs":
+        return bool(want.epochs_trained)
+    if need == "validations":
+        return bool(want.validations)
+    if need == "test":
+        return want.test_passes > 0
+    if need == "files":
+        return bool(want.files)
+    return True
+
+
+def speaks_for(example: dict[str, Any]) -> set[str]:
+    """The clauses one generated chain gives something to judge, as the model expects it:
+    a clause on validations is judged only where a validation is expected, and so on."""
+    kind = example["kind"]
+    base = Scenario.from_json(example["scenario"])
+    cfg = ModelConfig.from_mapping(base.config)
+
+    def score(epoch: int | None) -> float:
+        return base.scores.pooled(epoch, 1)
+
+    wants: list[RunExpect] = []
+    if kind in ("fresh", "debug"):
+        wants.append(expect_run(cfg, score, kind=kind))
+    else:
+        at = example["interrupted_at"]
+        chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=1,
+                             file_index=int(example["file_index"]),
+                             interrupted_at=None if at is None else (at[0], int(at[1])))
+        if at is None:
+            wants.append(chain.source)
+        if chain.run is not None:
+            wants.append(chain.run)
+    return {clause for clause, need in _NEEDS.items()
+            if any((want.kind in _KINDS.get(clause, (want.kind,))) and _holds(want, need)
+                   for want in wants)}
+
+
 def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, Any]:
     """The property runner (``name``: ``exclude=<clauses>`` or ``replay=<example JSON>``).
 
@@ -292,11 +352,14 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
     exclude = set(filter(None, name.removeprefix("exclude=").split(",")))
     failure: dict[str, Any] = {}
     failing: set[str] = set()
-    count, since = 0, [0.0]
+    judged: dict[str, int] = {}
+    count, since, set_aside = 0, [0.0], [0]
 
     def once(example: dict[str, Any]) -> None:
         nonlocal count
         assume(feasible(example))
+        # past this many runs set aside, the rest would be too: draw on, run nothing more
+        assume(set_aside[0] < _SET_ASIDE * max_examples or bool(failing))
         key = json.dumps(example, sort_keys=True)
         if failing and key not in failing and time.monotonic() - since[0] > _SHRINK_S:
             return  # out of shrinking time: keep the smallest failure found
@@ -304,7 +367,12 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
         with _scratch() as root:
             found = [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))
                      for d in judge_example(adapter, example, root)]
-        assume(not any(d.clause in exclude for d in found))
+        if any(d.clause in exclude for d in found):
+            set_aside[0] += 1
+            assume(False)
+        if not found:  # matched the model throughout: evidence for each clause it speaks of
+            for clause in speaks_for(example):
+                judged[clause] = judged.get(clause, 0) + 1
         if found:
             if not failing:
                 since[0] = time.monotonic()
@@ -323,17 +391,17 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
     except (AssertionError, BaseExceptionGroup):
         if not failure:
             raise
-        return {**failure, "examples": count}
+        return {**failure, "examples": count, "judged": judged}
     finally:
         set_hypothesis_home_dir(None)
         shutil.rmtree(home, ignore_errors=True)
-    return {"passed": True, "examples": count}
+    return {"passed": True, "examples": count, "judged": judged}
 
 
 def _result(d: Divergence, example: dict[str, Any], count: int) -> dict[str, Any]:
     return {"passed": False, "examples": count, "sentence": d.sentence,
             "evidence": f"{d.sentence}: {d.evidence} [{describe_example(example)}]",
-            "scenario": example}
+            "cause": d.cause, "scenario": example}
 
 
 def describe_example(example: dict[str, Any]) -> str:

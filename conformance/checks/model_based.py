@@ -17,15 +17,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, PropertyTimeout, check
 from trainspec.conformance.run.adapter import Capability
 from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.errors import HarnessError
 
-__all__ = ["GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "examples_for"]
+__all__ = ["ENGINE_MEMO", "GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "examples_for"]
 
 GENERATED_RUNNER = "trainspec.conformance.checks.generated:run_generated"
-_MEMO = "model-based"
+ENGINE_MEMO = "model-based"  # the key of the engine's state in a target's CheckContext.memo
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,13 +106,14 @@ class _Engine:
     settled: bool = False
     examples: int = 0
     runs: int = 0
+    judged: dict[str, int] = field(default_factory=dict)  # clause -> examples that judged it
 
 
 def _engine(ctx: CheckContext) -> _Engine:
-    state = ctx.memo.get(_MEMO)
+    state = ctx.memo.get(ENGINE_MEMO)
     if not isinstance(state, _Engine):
         state = _Engine()
-        ctx.memo[_MEMO] = state
+        ctx.memo[ENGINE_MEMO] = state
     return state
 
 
@@ -128,21 +129,33 @@ def _judge(ctx: CheckContext, clause: str) -> str:
         outcome = ctx.runs.property("exclude=" + ",".join(sorted(state.found)),
                                     runner=GENERATED_RUNNER, max_examples=budget)
         state.examples += outcome.examples
+        for judged, n in outcome.judged.items():
+            state.judged[judged] = state.judged.get(judged, 0) + n
         if outcome.verdict == "passed":
             state.settled = True
         elif outcome.verdict == "broke":
-            raise HarnessError(f"{clause}: the generated runs {outcome.status}: "
-                               f"{outcome.error}")
+            message = f"{clause}: the generated runs {outcome.status}: {outcome.error}"
+            if outcome.status == "timeout":
+                raise PropertyTimeout(message, outcome.detail)
+            if outcome.status in ("killed", "exited"):  # the trainer's process died or quit
+                raise CheckFailed(message, outcome.detail)
+            raise HarnessError(message)
         else:
             state.found.setdefault(_clause_of(outcome.evidence), outcome)
     found = state.found.get(clause)
     if found is not None:
         raise CheckFailed(f"{found.evidence} [a generated run, shrunk; replay in the detail]",
-                          _reproducer(ctx.target_args, dict(found.scenario or {})))
+                          _reproducer(ctx.target_args, dict(found.scenario or {})),
+                          cause=found.cause)
     others = f"; set aside the slips charged to {', '.join(sorted(state.found))}" \
         if state.found else ""
-    return (f"{state.examples} generated runs (fresh, resumed, finetuned, debug) matched the "
-            f"model on every sentence of {clause}{others}")
+    n_judged = state.judged.get(clause, 0)
+    if not n_judged:  # every run that would have judged it showed a slip set aside
+        raise CheckFailed(f"{clause}: none of the {state.examples} generated runs gave it "
+                          f"anything to judge{others}: each run the clause speaks of showed "
+                          "one of those slips first")
+    return (f"{n_judged} of {state.examples} generated runs (fresh, resumed, finetuned, debug) "
+            f"judged {clause} and matched the model on every sentence of it{others}")
 
 
 def _reproducer(target_args: str, example: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ __all__ = ["Divergence", "divergences", "file_divergences"]
 class Divergence:
     sentence: str  # "RES-3.3"
     evidence: str  # one line: observed vs expected
+    cause: str = ""  # the words a hand-written check would group the same fault under
 
     @property
     def clause(self) -> str:

@@ -338,17 +338,23 @@ class PropertyOutcome:
     status: str = ""  # broke: timeout, exited, killed, lost
     error: str = ""
     detail: str = ""  # broke: the stacks at the deadline, or the child's log
+    cause: str = ""  # failed: the words the same fault is grouped under elsewhere, if any
+    # generated runs: clause -> examples judged (not set aside) that gave it something to judge
+    judged: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, result: Mapping[str, object]) -> PropertyOutcome:
         """The property runner's JSON result (``checks.properties.run_property``)."""
         examples = _int(result, "examples") or 0
+        raw = result.get("judged")
+        judged = {str(k): int(v) for k, v in raw.items() if isinstance(v, int)} \
+            if isinstance(raw, dict) else {}
         if result.get("passed") is True:
-            return cls(verdict="passed", examples=examples)
+            return cls(verdict="passed", examples=examples, judged=judged)
         scenario = result.get("scenario")
         return cls(verdict="failed", examples=examples, evidence=_str(result, "evidence"),
-                   scenario={str(k): v for k, v in scenario.items()}
-                   if isinstance(scenario, dict) else None)
+                   cause=_str(result, "cause"), scenario={str(k): v for k, v in scenario.items()}
+                   if isinstance(scenario, dict) else None, judged=judged)
 
 
 Reply = Ready | Description | RunReply | PropertyReply | Failure
