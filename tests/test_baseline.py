@@ -270,4 +270,4 @@ def test_a_trainer_that_regresses_fails_against_its_baseline_end_to_end(tmp_path
     assert re.search(r"^  regressed +LOOP-1 +pass -> fail$", regressed.stdout, re.MULTILINE)
     evidence = regressed.stdout.splitlines()[1]
     assert evidence.lstrip().startswith("LOOP-1: ")
-    assert evidence.endswith(" (docs: docs/spec/loop.md#loop-1)")
+    assert " (docs: docs/spec/loop.md#loop-1)" in evidence

@@ -109,6 +109,7 @@ def _decision_sources() -> dict[str, str]:
                "(Trainer._save_checkpoint, Trainer._load_best_model)")
     return {
         "BEST-1": f"{first}; {no_copy}",
+        "BEST-2": f"transformers/trainer.py, Trainer._save_checkpoint: {no_copy}",
         "PAT-5": f"{first}; {no_copy}",
         "LOOP-2": "transformers/trainer.py, Trainer._inner_training_loop: "
                   "if args.eval_on_start: self._evaluate(...) runs at the start of every "

@@ -16,6 +16,11 @@ ROOT_CAUSES: tuple[RootCause, ...] = (
                      "without _determine_best_metric); transformers/trainer_callback.py, "
                      "EarlyStoppingCallback.check_metric_value",
               clauses=("BEST-1", "PAT-1", "PAT-5")),
+    RootCause(summary="with save_strategy='no' (ckpt.enable=false) no best weights are kept: "
+                      "the saved best_model_checkpoint directory is the only copy",
+              source="transformers/trainer.py, Trainer._save_checkpoint, "
+                     "Trainer._load_best_model",
+              clauses=("BEST-1", "BEST-2", "PAT-5")),
     RootCause(summary="+inf (maximizing) or -inf (minimizing) is a new best and refills "
                       "patience: no finiteness check",
               source="transformers/trainer.py, Trainer._determine_best_metric (np.greater / "

@@ -47,6 +47,11 @@ _SCHEDULER = ("skorch/callbacks/lr_scheduler.py, LRScheduler.on_train_begin and 
               "Checkpoint.save_model saves no scheduler state")
 _SOURCES = {
     "BEST-1": f"{_BEST}; {_NO_BEST}",
+    "BEST-2": _NO_BEST,
+    "RES-1": "skorch/callbacks/training.py, Checkpoint: f_history is never formatted with the "
+             "epoch, so every periodic checkpoint shares one history.json, the newest; "
+             "LoadInitState restores that history with an older params_<e>.pt, and "
+             "NeuralNet.fit_loop continues after the newest epoch, not after e",
     "NAN-1": _BEST,
     "NAN-2": _BEST,
     "NAN-3": _STOP,

@@ -22,7 +22,12 @@ ROOT_CAUSES: tuple[RootCause, ...] = (
                       "flag, and only Checkpoint's files hold the weights",
               source=f"{_CB}/scoring.py, EpochScoring._record_score; {_CB}/training.py, "
                      "Checkpoint.save_model",
-              clauses=("BEST-1",)),
+              clauses=("BEST-1", "BEST-2")),
+    RootCause(summary="every periodic checkpoint shares one history.json, the newest: a "
+                      "resume from an older one continues after the newest epoch",
+              source=f"{_CB}/training.py, Checkpoint (f_history is never formatted with the "
+                     "epoch); skorch/net.py, NeuralNet.fit_loop",
+              clauses=("RES-1",)),
     RootCause(summary="Checkpoint saves the module, optimizer, criterion and history only: no "
                       "LR scheduler, RNG or callback state, no run id, no config",
               source=f"{_CB}/training.py, Checkpoint.save_model",

@@ -23,7 +23,8 @@ from trainspec.conformance.run.files import FileRecord, Role, as_int, describe_f
 from trainspec.conformance.run.records import FileSnapshot, Weights
 from trainspec.conformance.run.task import plain_weights
 
-__all__ = ["BEST_DIR", "LAST_DIR", "PERIODIC_DIR", "PERIODIC_FILES", "describe_skorch_files",
+__all__ = ["BEST_DIR", "LAST_DIR", "PERIODIC_DIR", "PERIODIC_FILES", "checkpoint_args",
+           "describe_skorch_files",
            "file_role", "history_steps", "params_file", "progress", "seen_as", "snapshot"]
 
 BEST_DIR, LAST_DIR, PERIODIC_DIR = "best", "last", "epochs"
@@ -208,6 +209,22 @@ def params_file(load_from: str) -> Path:
     file itself (a weights file as ``save_params`` writes one)."""
     path = Path(load_from)
     return path / PARAMS if path.is_dir() else path
+
+
+def checkpoint_args(load_from: str) -> dict[str, str]:
+    """The ``Checkpoint`` arguments that name the checkpoint at ``load_from`` for
+    ``LoadInitState``: a folder (``last``, ``best``) by its ``dirname``; a periodic
+    ``epochs/params_<e>.pt`` by its folder and that epoch's files, next to the one
+    ``history.json`` every periodic checkpoint shares (skorch never formats the epoch into
+    ``f_history``)."""
+    path = Path(load_from)
+    match = _PERIODIC.match(path.name)
+    if path.is_dir() or match is None:
+        return {"dirname": str(path)}
+    e = match.group(1)
+    return {"dirname": str(path.parent), "f_params": path.name,
+            "f_optimizer": f"optimizer_{e}.pt", "f_criterion": f"criterion_{e}.pt",
+            "f_history": HISTORY}
 
 
 def snapshot(path: Path | None) -> FileSnapshot | None:

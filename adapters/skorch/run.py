@@ -20,6 +20,7 @@ from trainspec.adapters.skorch.files import (
     LAST_DIR,
     PERIODIC_DIR,
     PERIODIC_FILES,
+    checkpoint_args,
     history_steps,
     params_file,
     seen_as,
@@ -206,8 +207,8 @@ class SkorchRun:
         get, root = self.get, self.ctx.ckpt_root
         out: list[tuple[str, Any]] = []
         if self.resumes():
-            out.append(("load_state", LoadInitState(Checkpoint(dirname=str(get(
-                "ckpt.load_from"))))))
+            out.append(("load_state", LoadInitState(Checkpoint(**checkpoint_args(str(get(
+                "ckpt.load_from")))))))
         out += [("trainspec_events", _callback(_Events, self)), *self.training_callbacks(),
                 ("score", EpochScoring(self.scripted_score, lower_is_better=bool(
                     get("val.minimize")), name=MONITOR))]

@@ -37,7 +37,7 @@ from trainspec.conformance.checks.model_compare import (
 from trainspec.conformance.run.adapter import CAPABILITIES
 from trainspec.conformance.run.describe import describe_files
 from trainspec.conformance.run.files import FileRecord
-from trainspec.conformance.run.memory import MemoryContext
+from trainspec.conformance.run.memory import MemoryContext, run_in_fork
 from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
 from trainspec.conformance.run.scenario import CrashWhere, Scenario, ScoreScript, Task
 from trainspec.conformance.run.trace import RankTrace, parse_rank
@@ -168,17 +168,20 @@ def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[st
 
 def _run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | None = None
          ) -> tuple[RankTrace, list[FileRecord]]:
-    """One run in this process: its rank trace and the files it left under ``root``."""
-    ctx = _Interrupting(root, at)
-    status, error, detail = "completed", "", ""
-    try:
-        adapter.run(s, ctx)
-        records = [*ctx.records, Done()]
-    except Interrupted:
-        records, status = list(ctx.records), "killed"
-    except Exception as e:
-        records, status, error = list(ctx.records), "raised", f"{type(e).__name__}: {e}"
-    trace = parse_rank(0, records, status, error, detail)  # type: ignore[arg-type]
+    """One run in a process forked for it (no run sees another's module globals, working
+    folder or registries, as in the harness): its rank trace and the files it left under
+    ``root``."""
+    root.mkdir(parents=True, exist_ok=True)  # the run's own ckpt_root exists, as in the harness
+    run = run_in_fork(adapter, s, root, context=lambda r: _Interrupting(r, at), stop=Interrupted)
+    status, error = "completed", ""
+    records = list(run.records)
+    if run.stopped:
+        status = "killed"
+    elif run.error is not None:
+        status, error = "raised", run.error
+    else:
+        records.append(Done())
+    trace = parse_rank(0, records, status, error, "")  # type: ignore[arg-type]
     files = [FileRecord.from_json(f) for f in describe_files(adapter, root)]
     return trace, files
 
@@ -338,10 +341,12 @@ def speaks_for(example: dict[str, Any]) -> set[str]:
 
 
 def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, Any]:
-    """The property runner (``name``: ``exclude=<clauses>`` or ``replay=<example JSON>``).
+    """The property runner (``name``: ``exclude=<clauses>;budget_s=<seconds>`` or
+    ``replay=<example JSON>``).
 
     Examples showing a divergence of an excluded clause (one already charged) are skipped, so
-    the rest is judged on runs free of that slip.
+    the rest is judged on runs free of that slip. Past ``budget_s`` no new example runs (a
+    failure found keeps shrinking, within its own bound); the result says so.
     """
     if name.startswith("replay="):
         example = json.loads(name.removeprefix("replay="))
@@ -349,14 +354,19 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
             found = [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))
                      for d in judge_example(adapter, example, root)]
         return _result(found[0], example, 1) if found else {"passed": True, "examples": 1}
-    exclude = set(filter(None, name.removeprefix("exclude=").split(",")))
+    asked = dict(part.partition("=")[::2] for part in name.split(";"))
+    exclude = set(filter(None, asked.get("exclude", "").split(",")))
+    deadline = time.monotonic() + float(asked.get("budget_s") or "inf")
     failure: dict[str, Any] = {}
     failing: set[str] = set()
     judged: dict[str, int] = {}
-    count, since, set_aside = 0, [0.0], [0]
+    count, since, set_aside, out_of_time = 0, [0.0], [0], [False]
 
     def once(example: dict[str, Any]) -> None:
         nonlocal count
+        if not failing and time.monotonic() > deadline:
+            out_of_time[0] = True  # the budget is spent: draw on, run nothing more
+            assume(False)
         assume(feasible(example))
         # past this many runs set aside, the rest would be too: draw on, run nothing more
         assume(set_aside[0] < _SET_ASIDE * max_examples or bool(failing))
@@ -395,7 +405,8 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
     finally:
         set_hypothesis_home_dir(None)
         shutil.rmtree(home, ignore_errors=True)
-    return {"passed": True, "examples": count, "judged": judged}
+    return {"passed": True, "examples": count, "judged": judged,
+            "out_of_time": out_of_time[0]}
 
 
 def _result(d: Divergence, example: dict[str, Any], count: int) -> dict[str, Any]:

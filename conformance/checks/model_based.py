@@ -14,15 +14,23 @@ The budget follows the profile: ``fast`` (the default check) draws a handful of 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainspec.conformance.checks.base import CheckContext, CheckFailed, PropertyTimeout, check
+from trainspec.conformance.checks.base import (
+    CheckContext,
+    CheckFailed,
+    NotApplicable,
+    PropertyTimeout,
+    check,
+)
 from trainspec.conformance.run.adapter import Capability
 from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.errors import HarnessError
 
-__all__ = ["ENGINE_MEMO", "GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "examples_for"]
+__all__ = ["ENGINE_MEMO", "GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "budget_for",
+           "examples_for"]
 
 GENERATED_RUNNER = "trainspec.conformance.checks.generated:run_generated"
 ENGINE_MEMO = "model-based"  # the key of the engine's state in a target's CheckContext.memo
@@ -89,6 +97,13 @@ JUDGED_ON: dict[str, tuple[str, ...]] = {
 }
 
 
+def budget_for(max_examples: int) -> float:
+    """Seconds of generated runs per target, all engine runs together: 20 in the ``fast``
+    profile, 90 in ``ci``. The reference runs its 30 (fast) or 125 (ci) chains well within
+    it; a trainer whose runs take seconds gets fewer chains, and its evidence says so."""
+    return 20.0 if max_examples <= 60 else 90.0
+
+
 def examples_for(max_examples: int) -> int:
     """Generated chains per engine run: 30 in the ``fast`` profile (60), 125 in ``ci`` (250).
 
@@ -107,6 +122,8 @@ class _Engine:
     examples: int = 0
     runs: int = 0
     judged: dict[str, int] = field(default_factory=dict)  # clause -> examples that judged it
+    spent_s: float = 0.0
+    out_of_time: bool = False
 
 
 def _engine(ctx: CheckContext) -> _Engine:
@@ -124,10 +141,19 @@ def _clause_of(evidence: str) -> str:
 def _judge(ctx: CheckContext, clause: str) -> str:
     state = _engine(ctx)
     budget = examples_for(ctx.max_examples)
+    total_s = budget_for(ctx.max_examples)
     while clause not in state.found and not state.settled and state.runs <= len(MODEL_CLAUSES):
+        left_s = total_s - state.spent_s
+        if left_s <= 0:
+            state.out_of_time = state.settled = True
+            break
         state.runs += 1
-        outcome = ctx.runs.property("exclude=" + ",".join(sorted(state.found)),
+        started = time.monotonic()
+        outcome = ctx.runs.property(f"exclude={','.join(sorted(state.found))};"
+                                    f"budget_s={left_s:.1f}",
                                     runner=GENERATED_RUNNER, max_examples=budget)
+        state.spent_s += time.monotonic() - started
+        state.out_of_time = state.out_of_time or outcome.out_of_time
         state.examples += outcome.examples
         for judged, n in outcome.judged.items():
             state.judged[judged] = state.judged.get(judged, 0) + n
@@ -150,12 +176,18 @@ def _judge(ctx: CheckContext, clause: str) -> str:
     others = f"; set aside the slips charged to {', '.join(sorted(state.found))}" \
         if state.found else ""
     n_judged = state.judged.get(clause, 0)
+    timed = f" (the {total_s:.0f} s budget of generated runs ended the draw)" \
+        if state.out_of_time else ""
+    if not n_judged and state.out_of_time:  # the clause rests on its hand-written checks
+        raise NotApplicable(f"{clause}: not judged by generated runs: none of the "
+                            f"{state.examples} run within the {total_s:.0f} s budget gave it "
+                            f"anything to judge{others}")
     if not n_judged:  # every run that would have judged it showed a slip set aside
         raise CheckFailed(f"{clause}: none of the {state.examples} generated runs gave it "
                           f"anything to judge{others}: each run the clause speaks of showed "
                           "one of those slips first")
     return (f"{n_judged} of {state.examples} generated runs (fresh, resumed, finetuned, debug) "
-            f"judged {clause} and matched the model on every sentence of it{others}")
+            f"judged {clause} and matched the model on every sentence of it{others}{timed}")
 
 
 def _reproducer(target_args: str, example: dict[str, Any]) -> str:

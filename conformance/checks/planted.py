@@ -71,7 +71,14 @@ def pickled_files(root: Path, checkpoint: Path) -> list[Path]:
         if not p.is_file() or p.is_symlink():
             return False
         with p.open("rb") as f:
-            return is_pickled(f.read(4))
+            head = f.read(4)
+        if head.startswith(_ZIP):  # a zip archive holds pickles only as .pkl members (torch)
+            try:
+                with zipfile.ZipFile(p) as z:
+                    return any(name.endswith(".pkl") for name in z.namelist())
+            except (zipfile.BadZipFile, OSError):
+                return False
+        return is_pickled(head)
 
     own = [checkpoint] if checkpoint.is_file() else sorted(checkpoint.rglob("*"))
     rest = sorted(p for p in root.rglob("*") if p not in own and not p.is_relative_to(checkpoint))

@@ -341,6 +341,7 @@ class PropertyOutcome:
     cause: str = ""  # failed: the words the same fault is grouped under elsewhere, if any
     # generated runs: clause -> examples judged (not set aside) that gave it something to judge
     judged: Mapping[str, int] = field(default_factory=dict)
+    out_of_time: bool = False  # generated runs: the time budget ended the draw
 
     @classmethod
     def from_json(cls, result: Mapping[str, object]) -> PropertyOutcome:
@@ -350,7 +351,8 @@ class PropertyOutcome:
         judged = {str(k): int(v) for k, v in raw.items() if isinstance(v, int)} \
             if isinstance(raw, dict) else {}
         if result.get("passed") is True:
-            return cls(verdict="passed", examples=examples, judged=judged)
+            return cls(verdict="passed", examples=examples, judged=judged,
+                       out_of_time=result.get("out_of_time") is True)
         scenario = result.get("scenario")
         return cls(verdict="failed", examples=examples, evidence=_str(result, "evidence"),
                    cause=_str(result, "cause"), scenario={str(k): v for k, v in scenario.items()}

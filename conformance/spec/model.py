@@ -122,6 +122,9 @@ class RunExpect:
     test_on: Literal["best", "final"]
     files: tuple[FileExpect, ...]
     exit_status: int = 0
+    # checkpointing on (the run's effective ckpt.enable): CKPT-1 and BEST-3 speak of files
+    # only then; what a run writes with it off, no clause of those governs (debug: DBG-3)
+    ckpt_enable: bool = True
 
     @property
     def best_epoch(self) -> int | None:
@@ -226,7 +229,8 @@ def expect_run(cfg: ModelConfig, score: Score, *, kind: RunKind = "fresh",
                      validations=vals, stop_epoch=stop, best=best,
                      test_passes=1 if eff.test_enable else 0,  # LOOP-4.1, LOOP-4.4
                      test_on="best" if best is not None else "final",  # BEST-4
-                     files=_files(eff, epochs, vals, step_after, start_step))
+                     files=_files(eff, epochs, vals, step_after, start_step),
+                     ckpt_enable=eff.ckpt_enable)
 
 
 def _is_reached(whole: RunExpect, cfg: ModelConfig, where: Interruption, epoch: int) -> bool:
