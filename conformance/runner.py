@@ -357,9 +357,10 @@ def _verdict(clause_id: str, mine: Sequence[CheckResult], selected: Sequence[str
     if not mine:
         return "error", "no check yet", ""
     verdict = worst_verdict([r.outcome for r in mine])
-    # of the checks with that verdict, the one with the gravest failing case (the first
-    # among equals) gives the evidence
-    worst = min((r for r in mine if to_verdict(r.outcome) == verdict), key=_gravity,
+    # of the checks with that verdict, the one with the gravest failing case (a hand-written
+    # one among equals: its evidence names the scenarios it ran) gives the evidence
+    worst = min((r for r in mine if to_verdict(r.outcome) == verdict),
+                key=lambda r: (_gravity(r), r.name.startswith("check_generated_runs_")),
                 default=mine[0])
     if reason is not None and verdict in ("fail", "timeout"):
         return "deviation", worst.evidence, ""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.conformance import api, lanes
+from trainspec.conformance import api, lanes, matrix_run
 from trainspec.conformance import plan as plan_module
 from trainspec.conformance.cli import main
 from trainspec.conformance.spec import clauses as registry
@@ -169,7 +169,7 @@ def test_matrix_writes_json_and_markdown_for_the_installed_targets(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[dict[str, object]] = []
-    monkeypatch.setattr(api, "check", fake_check(fake_report(), calls))
+    monkeypatch.setattr(matrix_run, "_check", fake_check(fake_report(), calls))
     assert main(["matrix", "--out", str(tmp_path / "m"), "--clauses", "LOOP"]) == 0
     data = json.loads((tmp_path / "m" / "matrix.json").read_text())
     assert "reference" in data["targets"]
@@ -289,9 +289,13 @@ def test_one_plan_validates_and_selects_once() -> None:
                     backend="gloo", profile="ci", deviations={"loop-1": "known"})
     assert plan.target.label == "pkg:Trainer"
     assert plan.clauses[0] == "LOOP-1"
-    # one rank: the DIST checks (multi-rank) are left out, LOOP-1's are in
+    # one rank: the multi-rank DIST checks are left out; LOOP-1's are in, and DIST-1's
+    # generated runs (one rank, the pooled score of a one-rank world)
     assert plan.checks
-    assert all("LOOP-1" in c.clauses and not c.multi_rank for c in plan.checks)
+    assert not any(c.multi_rank for c in plan.checks)
+    assert {c.name for c in plan.checks if "LOOP-1" in c.clauses}
+    assert {c.name for c in plan.checks if "LOOP-1" not in c.clauses} == \
+        {"check_generated_runs_pool_the_score"}
     assert (plan.backend, plan.max_examples) == ("gloo", api.PROFILES["ci"])
     assert plan.deviations == {"LOOP-1": "known"}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.conformance import api, matrix_run
+from trainspec.conformance import matrix_run
 from trainspec.conformance.cli import main
 from trainspec.conformance.report import matrix as matrices
 from trainspec.conformance.report import matrix_files, matrix_html
@@ -216,7 +216,7 @@ def test_matrix_html_names_the_environment_legend_version_and_skipped_targets() 
 def test_matrix_command_writes_three_files_and_one_line_per_target(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(api, "check", lambda target, **_: _report(str(target), {}))
+    monkeypatch.setattr(matrix_run, "_check", lambda target, **_: _report(str(target), {}))
     assert main(["matrix", "--out", str(tmp_path / "m"), "--clauses", "LOOP"]) == 0
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
         "matrix.html", "matrix.json", "matrix.md"]
@@ -240,7 +240,7 @@ def test_matrix_compare_lists_each_changed_verdict_and_exits_1(
            "lightning": _report("lightning", {"RES-3": "pass", "BEST-1": "deviation",
                                               "PAT-2": "timeout", "NAN-1": "error"},
                                 evidence={"RES-3": "resumed alike"})}
-    monkeypatch.setattr(api, "check", lambda target, **_: now[str(target)])
+    monkeypatch.setattr(matrix_run, "_check", lambda target, **_: now[str(target)])
     monkeypatch.setattr(matrix_run, "missing_requirement",
                         lambda name, target: None if name in now else "absent here")
     code = main(["matrix", "--out", str(tmp_path / "m"), "--compare", str(published)])

@@ -47,7 +47,7 @@ _SCHEDULER = ("skorch/callbacks/lr_scheduler.py, LRScheduler.on_train_begin and 
               "Checkpoint.save_model saves no scheduler state")
 _SOURCES = {
     "BEST-1": f"{_BEST}; {_NO_BEST}",
-    "BEST-2": _NO_BEST,
+    "BEST-2": f"skorch/callbacks/scoring.py, EpochScoring: {_NO_BEST}",
     "RES-1": "skorch/callbacks/training.py, Checkpoint: f_history is never formatted with the "
              "epoch, so every periodic checkpoint shares one history.json, the newest; "
              "LoadInitState restores that history with an older params_<e>.pt, and "

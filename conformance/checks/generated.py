@@ -33,6 +33,7 @@ from trainspec.conformance.checks.model_compare import (
     Divergence,
     divergences,
     file_divergences,
+    speaks_for,
 )
 from trainspec.conformance.run.adapter import CAPABILITIES
 from trainspec.conformance.run.describe import describe_files
@@ -45,7 +46,6 @@ from trainspec.conformance.spec.model import (
     Chain,
     Interruption,
     ModelConfig,
-    RunExpect,
     expect_chain,
     expect_run,
 )
@@ -288,58 +288,6 @@ def _scratch() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-# clause -> what a run the model expects must hold for the clause to have something to judge
-_NEEDS: dict[str, str] = {
-    "LOOP-1": "epochs", "DBG-1": "epochs", "DBG-2": "epochs", "DBG-3": "epochs",
-    "LOOP-2": "validations", "BEST-1": "validations", "BEST-2": "validations",
-    "NAN-1": "validations", "PAT-5": "validations", "DIST-1": "validations",
-    "RES-3": "validations", "LOOP-4": "test", "BEST-4": "test",
-    "BEST-3": "files", "CKPT-1": "files", "RES-1": "run", "FT-1": "run",
-}
-_KINDS: dict[str, tuple[str, ...]] = {"DBG-1": ("debug",), "DBG-2": ("debug",),
-                                      "DBG-3": ("debug",), "RES-1": ("resumed",),
-                                      "RES-3": ("resumed",), "FT-1": ("finetuned",)}
-
-
-def _holds(want: RunExpect, need: str) -> bool:
-    if need == "epochs":
-        return bool(want.epochs_trained)
-    if need == "validations":
-        return bool(want.validations)
-    if need == "test":
-        return want.test_passes > 0
-    if need == "files":
-        return bool(want.files)
-    return True
-
-
-def speaks_for(example: dict[str, Any]) -> set[str]:
-    """The clauses one generated chain gives something to judge, as the model expects it:
-    a clause on validations is judged only where a validation is expected, and so on."""
-    kind = example["kind"]
-    base = Scenario.from_json(example["scenario"])
-    cfg = ModelConfig.from_mapping(base.config)
-
-    def score(epoch: int | None) -> float:
-        return base.scores.pooled(epoch, 1)
-
-    wants: list[RunExpect] = []
-    if kind in ("fresh", "debug"):
-        wants.append(expect_run(cfg, score, kind=kind))
-    else:
-        at = example["interrupted_at"]
-        chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=1,
-                             file_index=int(example["file_index"]),
-                             interrupted_at=None if at is None else (at[0], int(at[1])))
-        if at is None:
-            wants.append(chain.source)
-        if chain.run is not None:
-            wants.append(chain.run)
-    return {clause for clause, need in _NEEDS.items()
-            if any((want.kind in _KINDS.get(clause, (want.kind,))) and _holds(want, need)
-                   for want in wants)}
-
-
 def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, Any]:
     """The property runner (``name``: ``exclude=<clauses>;budget_s=<seconds>`` or
     ``replay=<example JSON>``).
@@ -350,9 +298,7 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
     """
     if name.startswith("replay="):
         example = json.loads(name.removeprefix("replay="))
-        with _scratch() as root:
-            found = [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))
-                     for d in judge_example(adapter, example, root)]
+        found = _judged(adapter, example)
         return _result(found[0], example, 1) if found else {"passed": True, "examples": 1}
     asked = dict(part.partition("=")[::2] for part in name.split(";"))
     exclude = set(filter(None, asked.get("exclude", "").split(",")))
@@ -374,23 +320,31 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
         if failing and key not in failing and time.monotonic() - since[0] > _SHRINK_S:
             return  # out of shrinking time: keep the smallest failure found
         count += 1
-        with _scratch() as root:
-            found = [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))
-                     for d in judge_example(adapter, example, root)]
+        found = _judged(adapter, example)
         if any(d.clause in exclude for d in found):
             set_aside[0] += 1
             assume(False)
         if not found:  # matched the model throughout: evidence for each clause it speaks of
             for clause in speaks_for(example):
                 judged[clause] = judged.get(clause, 0) + 1
-        if found:
-            if not failing:
-                since[0] = time.monotonic()
-            failing.add(key)
-            failure.clear()
-            failure.update(_result(found[0], example, count))
-            raise AssertionError(found[0].evidence)
+            return
+        if not failing:
+            since[0] = time.monotonic()
+        failing.add(key)
+        failure.clear()
+        failure.update(_result(found[0], example, count))
+        raise AssertionError(found[0].evidence)
 
+    if _draw(once, adapter, max_examples):
+        if not failure:
+            raise AssertionError("a generated run failed, and its failure was not kept")
+        return {**failure, "examples": count, "judged": judged}
+    return {"passed": True, "examples": count, "judged": judged,
+            "out_of_time": out_of_time[0]}
+
+
+def _draw(once: Any, adapter: Any, max_examples: int) -> bool:
+    """Run ``once`` on up to ``max_examples`` derandomized examples; whether one failed."""
     test = settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
                     suppress_health_check=list(HealthCheck), print_blob=False)(
         given(examples(caps=frozenset(adapter.capabilities())))(once))
@@ -399,14 +353,18 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
     try:
         test()
     except (AssertionError, BaseExceptionGroup):
-        if not failure:
-            raise
-        return {**failure, "examples": count, "judged": judged}
+        return True
     finally:
         set_hypothesis_home_dir(None)
         shutil.rmtree(home, ignore_errors=True)
-    return {"passed": True, "examples": count, "judged": judged,
-            "out_of_time": out_of_time[0]}
+    return False
+
+
+def _judged(adapter: Any, example: dict[str, Any]) -> list[Divergence]:
+    """The example's divergences, its scratch folder named as the suite names it."""
+    with _scratch() as root:
+        return [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))
+                for d in judge_example(adapter, example, root)]
 
 
 def _result(d: Divergence, example: dict[str, Any], count: int) -> dict[str, Any]:

@@ -13,13 +13,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from trainspec.conformance.checks.common import fmt_scores, label, weights_diff
 from trainspec.conformance.run.files import FileRecord
+from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.trace import RankTrace
-from trainspec.conformance.spec.model import RunExpect, RunKind, ValidationExpect
+from trainspec.conformance.spec.model import (
+    ModelConfig,
+    RunExpect,
+    RunKind,
+    ValidationExpect,
+    expect_chain,
+    expect_run,
+)
 
-__all__ = ["Divergence", "divergences", "file_divergences"]
+__all__ = ["Divergence", "divergences", "file_divergences", "speaks_for"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,3 +223,55 @@ def divergences(want: RunExpect, r: RankTrace, files: Sequence[FileRecord], *,
     out += _test(kind, want, r)
     out += file_divergences(kind, want, files)
     return out
+
+
+# clause -> what a run the model expects must hold for the clause to have something to judge
+_NEEDS: dict[str, str] = {
+    "LOOP-1": "epochs", "DBG-1": "epochs", "DBG-2": "epochs", "DBG-3": "epochs",
+    "LOOP-2": "validations", "BEST-1": "validations", "BEST-2": "validations",
+    "NAN-1": "validations", "PAT-5": "validations", "DIST-1": "validations",
+    "RES-3": "validations", "LOOP-4": "test", "BEST-4": "test",
+    "BEST-3": "files", "CKPT-1": "files", "RES-1": "run", "FT-1": "run",
+}
+_KINDS: dict[str, tuple[str, ...]] = {"DBG-1": ("debug",), "DBG-2": ("debug",),
+                                      "DBG-3": ("debug",), "RES-1": ("resumed",),
+                                      "RES-3": ("resumed",), "FT-1": ("finetuned",)}
+
+
+def _holds(want: RunExpect, need: str) -> bool:
+    if need == "epochs":
+        return bool(want.epochs_trained)
+    if need == "validations":
+        return bool(want.validations)
+    if need == "test":
+        return want.test_passes > 0
+    if need == "files":
+        return bool(want.files)
+    return True
+
+
+def speaks_for(example: dict[str, Any]) -> set[str]:
+    """The clauses one generated chain gives something to judge, as the model expects it:
+    a clause on validations is judged only where a validation is expected, and so on."""
+    kind = example["kind"]
+    base = Scenario.from_json(example["scenario"])
+    cfg = ModelConfig.from_mapping(base.config)
+
+    def score(epoch: int | None) -> float:
+        return base.scores.pooled(epoch, 1)
+
+    wants: list[RunExpect] = []
+    if kind in ("fresh", "debug"):
+        wants.append(expect_run(cfg, score, kind=kind))
+    else:
+        at = example["interrupted_at"]
+        chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=1,
+                             file_index=int(example["file_index"]),
+                             interrupted_at=None if at is None else (at[0], int(at[1])))
+        if at is None:
+            wants.append(chain.source)
+        if chain.run is not None:
+            wants.append(chain.run)
+    return {clause for clause, need in _NEEDS.items()
+            if any((want.kind in _KINDS.get(clause, (want.kind,))) and _holds(want, need)
+                   for want in wants)}

@@ -148,8 +148,7 @@ mutant_of("check_generated_runs_keep_the_best_weights",
                  "score",
           proves=("BEST-2.1",))(_best.BestModelAliasesWeights)
 mutant_of("check_generated_runs_resume_the_decisions",
-          expect="the resumed run's validation 0 (after epoch 2) did not stop the run; expected a "
-                 "stop",
+          expect="the resumed run's validation 0 (after epoch",
           proves=("RES-3.3",))(_res.ForgetsPatienceOnResume)
 mutant_of("check_generated_runs_test_once",
           expect="the fresh run ran the test pass 0 times; expected 1",
@@ -159,8 +158,7 @@ mutant_of("check_generated_runs_never_improve_on_nonfinite",
                  "expected none (scores",
           proves=("NAN-1.1",))(_nan.NanWinsBest)
 mutant_of("check_generated_runs_stop_as_the_model",
-          expect="the fresh run's validation 2 (after epoch 2) did not stop the run; expected a "
-                 "stop",
+          expect="did not stop the run; expected a stop [fresh;",
           proves=("PAT-5.1",))(_pat.StopsOneValidationLate)
 mutant_of("check_generated_runs_finetune_from_epoch_zero",
           expect="the finetuned run started at epoch 1; expected 0",

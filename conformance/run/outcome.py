@@ -1,0 +1,54 @@
+"""What a property run (or a generated-runs engine run) found, as its runner's JSON says."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["PropertyOutcome"]
+
+JSON = dict[str, object]
+
+
+def _str(data: Mapping[str, object], key: str) -> str:
+    value = data.get(key, "")
+    return value if isinstance(value, str) else str(value)
+
+
+def _int(data: Mapping[str, object], key: str) -> int | None:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PropertyOutcome:
+    """What a property run found: ``passed``, ``failed`` (with the shrunk falsifying example),
+    or ``broke`` (the run did not finish: ``status`` says how, ``error`` and ``detail`` why)."""
+
+    verdict: Literal["passed", "failed", "broke"]
+    examples: int = 0  # generated runs
+    evidence: str = ""  # failed: the evidence line of the shrunk example
+    scenario: JSON | None = None  # failed: the falsifying scenario's JSON
+    status: str = ""  # broke: timeout, exited, killed, lost
+    error: str = ""
+    detail: str = ""  # broke: the stacks at the deadline, or the child's log
+    cause: str = ""  # failed: the words the same fault is grouped under elsewhere, if any
+    # generated runs: clause -> examples judged (not set aside) that gave it something to judge
+    judged: Mapping[str, int] = field(default_factory=dict)
+    out_of_time: bool = False  # generated runs: the time budget ended the draw
+
+    @classmethod
+    def from_json(cls, result: Mapping[str, object]) -> PropertyOutcome:
+        """The property runner's JSON result (``checks.properties.run_property``)."""
+        examples = _int(result, "examples") or 0
+        raw = result.get("judged")
+        judged = {str(k): int(v) for k, v in raw.items() if isinstance(v, int)} \
+            if isinstance(raw, dict) else {}
+        if result.get("passed") is True:
+            return cls(verdict="passed", examples=examples, judged=judged,
+                       out_of_time=result.get("out_of_time") is True)
+        scenario = result.get("scenario")
+        return cls(verdict="failed", examples=examples, evidence=_str(result, "evidence"),
+                   cause=_str(result, "cause"), scenario={str(k): v for k, v in scenario.items()}
+                   if isinstance(scenario, dict) else None, judged=judged)
