@@ -221,6 +221,10 @@ def test_a_config_object_with_paths_gets_the_verdicts_a_hand_made_allow_list_get
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="known gap (issue 23): the snapshot the Recorder takes "
+                   "of the engine's last file when an epoch starts reads no epoch (its pickles "
+                   "need getattr), so CKPT-1's 'last.pt after every epoch' case reports epoch "
+                   "None instead of the weights-only refusal its contents case finds")
 def test_an_engine_whose_files_need_getattr_has_its_best_files_judged_on_content() -> None:
     report = check("tests.worked.engine_adapter:EngineAdapter",
                    clauses="BEST-2,BEST-3,RES-1,RES-2,CKPT-1", world_size=1)

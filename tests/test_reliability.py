@@ -149,10 +149,13 @@ def test_repeated_identical_timeouts_stop_the_run_early(tmp_path: Path) -> None:
     assert run.returncode == 1, run.stderr
     verdicts = [run.clause(f"LOOP-{n}") for n in (1, 2, 3, 4)]
     assert [c["verdict"] for c in verdicts] == ["timeout"] * 4
+    # the first clauses' checks time out (LOOP-1's two), and every check after the third
+    # identical timeout is stopped: the clauses after it say so
+    assert "fail-fast" not in verdicts[0]["evidence"]
     stopped = [c for c in verdicts if "fail-fast: the 3 checks before this one timed out at " in
                c["evidence"]]
-    assert len(stopped) == 1, [c["evidence"] for c in verdicts]
-    assert "wait_for_a_trainer_that_never_comes" in stopped[0]["evidence"]
+    assert stopped == verdicts[len(verdicts) - len(stopped):], [c["evidence"] for c in verdicts]
+    assert len(stopped) >= 1, [c["evidence"] for c in verdicts]
     assert run.wall_s < 3 * (2 + 2) + START_S
     assert_left_nothing(run)
 

@@ -31,6 +31,7 @@ from trainspec.conformance.checks.base import SCRATCH
 from trainspec.conformance.checks.chains import with_load
 from trainspec.conformance.checks.model_compare import (
     Divergence,
+    describe_example,
     divergences,
     file_divergences,
     speaks_for,
@@ -38,7 +39,7 @@ from trainspec.conformance.checks.model_compare import (
 from trainspec.conformance.run.adapter import CAPABILITIES
 from trainspec.conformance.run.describe import describe_files
 from trainspec.conformance.run.files import FileRecord
-from trainspec.conformance.run.memory import MemoryContext, run_in_fork
+from trainspec.conformance.run.memory import MemoryContext, call_in_fork, run_in_fork
 from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
 from trainspec.conformance.run.scenario import CrashWhere, Scenario, ScoreScript, Task
 from trainspec.conformance.run.trace import RankTrace, parse_rank
@@ -62,6 +63,16 @@ _TASK = Task(n_train=8, n_val=4, n_test=4, batch_size=4)
 
 class Interrupted(BaseException):
     """The drawn interruption: raised through the trainer as a kill would end it."""
+
+
+class _Broke(BaseException):
+    """A generated run hung past its bound, or the adapter's own code raised: no example can
+    be judged, and the engine stops at once (not an Exception: hypothesis does not shrink
+    it)."""
+
+    def __init__(self, status: str, error: str, detail: str = "") -> None:
+        super().__init__(error)
+        self.status, self.error, self.detail = status, error, detail
 
 
 class _Interrupting(MemoryContext):
@@ -173,6 +184,10 @@ def _run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | Non
     ``root``."""
     root.mkdir(parents=True, exist_ok=True)  # the run's own ckpt_root exists, as in the harness
     run = run_in_fork(adapter, s, root, context=lambda r: _Interrupting(r, at), stop=Interrupted)
+    if run.timed_out:
+        raise _Broke("timeout", f"a generated run ({s.name}) {run.error}")
+    if run.ours:
+        raise _Broke("adapter", f"the adapter's own code raised {run.error}", run.traceback)
     status, error = "completed", ""
     records = list(run.records)
     if run.stopped:
@@ -182,8 +197,11 @@ def _run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | Non
     else:
         records.append(Done())
     trace = parse_rank(0, records, status, error, "")  # type: ignore[arg-type]
-    files = [FileRecord.from_json(f) for f in describe_files(adapter, root)]
-    return trace, files
+    described, problem, hung = call_in_fork(lambda: describe_files(adapter, root))
+    if problem is not None or not isinstance(described, list):
+        raise _Broke("adapter", f"describing the checkpoint files {'was ' if hung else ''}"
+                     f"{problem or 'gave no list'}")
+    return trace, [FileRecord.from_json(f) for f in described]
 
 
 def _spe(r: RankTrace) -> int:
@@ -335,7 +353,12 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
         failure.update(_result(found[0], example, count))
         raise AssertionError(found[0].evidence)
 
-    if _draw(once, adapter, max_examples):
+    try:
+        failed = _draw(once, adapter, max_examples)
+    except _Broke as broke:
+        return {"broke": broke.status, "error": broke.error, "detail": broke.detail,
+                "examples": count}
+    if failed:
         if not failure:
             raise AssertionError("a generated run failed, and its failure was not kept")
         return {**failure, "examples": count, "judged": judged}
@@ -371,23 +394,3 @@ def _result(d: Divergence, example: dict[str, Any], count: int) -> dict[str, Any
     return {"passed": False, "examples": count, "sentence": d.sentence,
             "evidence": f"{d.sentence}: {d.evidence} [{describe_example(example)}]",
             "cause": d.cause, "scenario": example}
-
-
-def describe_example(example: dict[str, Any]) -> str:
-    """The generated chain in one phrase: kind, interruption, file, config, scores."""
-    s = Scenario.from_json(example["scenario"])
-    parts = [example["kind"]]
-    if example["kind"] in ("resumed", "finetuned"):
-        at = example["interrupted_at"]
-        parts.append("from a source run " + ("run to its end" if at is None
-                                             else f"interrupted at {at[0]} of epoch {at[1]}"))
-        parts.append(f"its resumable file #{example['file_index']}")
-    keys = ("num_epochs", "val.first", "val.every_n_epochs", "val.minimize", "val.patience",
-            "val.start_patience", "test.enable", "ckpt.enable", "ckpt.every_n_epochs",
-            "ckpt.save_last", "grad_accum_steps")
-    parts.append(", ".join(f"{k}={s.get(k)}" for k in keys))
-    scores = [s.scores.pooled(e, 1) for e in range(len(s.scores.epochs))]
-    parts.append(f"scores {scores}" + ("" if s.scores.first is None else
-                                      f", val.first score {s.scores.pooled(None, 1)}"))
-    return "; ".join(parts)
-

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from trainspec.conformance.checks.base import (
     CheckContext,
@@ -27,7 +27,7 @@ from trainspec.conformance.checks.base import (
 )
 from trainspec.conformance.run.adapter import Capability
 from trainspec.conformance.run.protocol import PropertyOutcome
-from trainspec.errors import HarnessError
+from trainspec.errors import AdapterError, HarnessError
 
 __all__ = ["ENGINE_MEMO", "GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "budget_for",
            "examples_for"]
@@ -122,6 +122,7 @@ class _Engine:
     examples: int = 0
     runs: int = 0
     judged: dict[str, int] = field(default_factory=dict)  # clause -> examples that judged it
+    broke: PropertyOutcome | None = None  # the engine could not judge: every clause says so
     spent_s: float = 0.0
     out_of_time: bool = False
 
@@ -142,6 +143,8 @@ def _judge(ctx: CheckContext, clause: str) -> str:
     state = _engine(ctx)
     budget = examples_for(ctx.max_examples)
     total_s = budget_for(ctx.max_examples)
+    if state.broke is not None:
+        _broke(clause, state.broke)
     while clause not in state.found and not state.settled and state.runs <= len(MODEL_CLAUSES):
         left_s = total_s - state.spent_s
         if left_s <= 0:
@@ -160,12 +163,8 @@ def _judge(ctx: CheckContext, clause: str) -> str:
         if outcome.verdict == "passed":
             state.settled = True
         elif outcome.verdict == "broke":
-            message = f"{clause}: the generated runs {outcome.status}: {outcome.error}"
-            if outcome.status == "timeout":
-                raise PropertyTimeout(message, outcome.detail)
-            if outcome.status in ("killed", "exited"):  # the trainer's process died or quit
-                raise CheckFailed(message, outcome.detail)
-            raise HarnessError(message)
+            state.broke = outcome
+            _broke(clause, outcome)
         else:
             state.found.setdefault(_clause_of(outcome.evidence), outcome)
     found = state.found.get(clause)
@@ -188,6 +187,19 @@ def _judge(ctx: CheckContext, clause: str) -> str:
                           "one of those slips first")
     return (f"{n_judged} of {state.examples} generated runs (fresh, resumed, finetuned, debug) "
             f"judged {clause} and matched the model on every sentence of it{others}{timed}")
+
+
+def _broke(clause: str, outcome: PropertyOutcome) -> NoReturn:
+    """The engine did not finish: a run hung (timeout), the trainer's process died or quit
+    (a fail), or the adapter or the suite broke (an error)."""
+    message = f"{clause}: the generated runs {outcome.status}: {outcome.error}"
+    if outcome.status == "timeout":
+        raise PropertyTimeout(message, outcome.detail)
+    if outcome.status in ("killed", "exited"):  # the trainer's process died or quit
+        raise CheckFailed(message, outcome.detail)
+    if outcome.status == "adapter":
+        raise AdapterError(message)
+    raise HarnessError(message)
 
 
 def _reproducer(target_args: str, example: dict[str, Any]) -> str:

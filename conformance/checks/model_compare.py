@@ -28,7 +28,7 @@ from trainspec.conformance.spec.model import (
     expect_run,
 )
 
-__all__ = ["Divergence", "divergences", "file_divergences", "speaks_for"]
+__all__ = ["Divergence", "describe_example", "divergences", "file_divergences", "speaks_for"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -275,3 +275,22 @@ def speaks_for(example: dict[str, Any]) -> set[str]:
     return {clause for clause, need in _NEEDS.items()
             if any((want.kind in _KINDS.get(clause, (want.kind,))) and _holds(want, need)
                    for want in wants)}
+
+
+def describe_example(example: dict[str, Any]) -> str:
+    """The generated chain in one phrase: kind, interruption, file, config, scores."""
+    s = Scenario.from_json(example["scenario"])
+    parts = [example["kind"]]
+    if example["kind"] in ("resumed", "finetuned"):
+        at = example["interrupted_at"]
+        parts.append("from a source run " + ("run to its end" if at is None
+                                             else f"interrupted at {at[0]} of epoch {at[1]}"))
+        parts.append(f"its resumable file #{example['file_index']}")
+    keys = ("num_epochs", "val.first", "val.every_n_epochs", "val.minimize", "val.patience",
+            "val.start_patience", "test.enable", "ckpt.enable", "ckpt.every_n_epochs",
+            "ckpt.save_last", "grad_accum_steps")
+    parts.append(", ".join(f"{k}={s.get(k)}" for k in keys))
+    scores = [s.scores.pooled(e, 1) for e in range(len(s.scores.epochs))]
+    parts.append(f"scores {scores}" + ("" if s.scores.first is None else
+                                      f", val.first score {s.scores.pooled(None, 1)}"))
+    return "; ".join(parts)

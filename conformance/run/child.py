@@ -249,6 +249,10 @@ def _property_child(req: dict[str, Any], adapter: Any) -> int:
     # the judging code is named by the request (checks/ sits above run/ and is never imported
     # here by name): ``runner(property_name, adapter, max_examples=...) -> JSON-able dict``
     runner = load_object(req["runner"])
+    from trainspec.conformance.run import memory
+
+    memory.RUN_BOUND_S = float(req.get("run_timeout_s") or 0.0) or None  # each forked run's
+    memory.OWN_CODE = lambda tb: _error_is_ours(tb, adapter)
     began = time.monotonic()
     result = runner(req["property"], adapter, max_examples=int(req["max_examples"]))
     note_run_time("property", int(req["rank"]), began)

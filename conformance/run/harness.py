@@ -205,7 +205,8 @@ class Harness:
         # a property is many runs: its bound scales with the examples it may take
         return self.world(1, adapter).run_property(
             name, runner=runner, max_examples=max_examples,
-            timeout_s=self.bound_s(self.timeout_s + 0.5 * max_examples))
+            timeout_s=self.bound_s(self.timeout_s + 0.5 * max_examples),
+            run_timeout_s=self.bound_s(self.timeout_s))
 
     def close(self) -> None:
         """Stop every worker and remove the scratch root (in a ``finally``: an interrupt while

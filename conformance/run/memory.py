@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
+import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +17,7 @@ from typing import Any
 from trainspec.conformance.run.records import Record, from_json, to_json
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 
-__all__ = ["ForkedRun", "MemoryContext", "run_in_fork"]
+__all__ = ["ForkedRun", "MemoryContext", "call_in_fork", "run_in_fork"]
 
 
 class MemoryContext:
@@ -52,6 +56,19 @@ class ForkedRun:
     records: list[Record]
     error: str | None = None
     stopped: bool = False  # ended by the ``stop`` exception run_in_fork was given
+    ours: bool = False  # the error was raised in the adapter's own code (or the suite's)
+    timed_out: bool = False  # still running at the bound: killed
+    traceback: str = ""
+
+
+# set by the worker child serving a property: the bound on each forked run, and whether a
+# traceback's innermost frame is the adapter's or the suite's own code
+RUN_BOUND_S: float | None = None
+def _nobodys(tb: traceback.StackSummary) -> bool:
+    return False
+
+
+OWN_CODE: Callable[[traceback.StackSummary], bool] = _nobodys
 
 
 def run_in_fork(adapter: Any, scenario: Scenario, root: Path, *,
@@ -70,34 +87,101 @@ def run_in_fork(adapter: Any, scenario: Scenario, root: Path, *,
     if pid == 0:  # never returns
         try:
             os.close(r)
+            _die_with_parent()
             ctx = context(root)
-            error, stopped = None, False
+            error, stopped, ours, text = None, False, False, ""
             inside = str(root.resolve()) + os.sep
             try:
                 with trusting(lambda p: str(Path(p).resolve()).startswith(inside)):
                     adapter.run(scenario, ctx)
-            except Exception as e:  # the trainer's: it is the run's outcome
+            except Exception as e:  # the trainer's, or the adapter's own: the run's outcome
                 error = error_line(e)
+                tb = traceback.extract_tb(e.__traceback__)
+                ours, text = OWN_CODE(tb), "".join(traceback.format_exception(e))[-6000:]
             except BaseException as e:
                 if stop is None or not isinstance(e, stop):
                     raise
                 stopped = True
             out = [json.dumps(to_json(x)) for x in ctx.records]
-            out.append(json.dumps({"raised": error, "stopped": stopped}))
+            out.append(json.dumps({"raised": error, "stopped": stopped, "ours": ours,
+                                   "traceback": text}))
             view = memoryview(("\n".join(out) + "\n").encode())
             while view:
                 view = view[os.write(w, view):]
         finally:
             os._exit(0)
     os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
+    data, timed_out = _read_within(r, pid, RUN_BOUND_S)
+    if timed_out:
+        return ForkedRun(records=[], error=f"still running after {RUN_BOUND_S:g} s",
+                         timed_out=True)
     lines: list[dict[str, Any]] = [json.loads(x) for x in data.decode().splitlines() if x]
-    if not lines or set(lines[-1]) != {"raised", "stopped"}:
+    if not lines or set(lines[-1]) != {"raised", "stopped", "ours", "traceback"}:
         return ForkedRun(records=[from_json(x) for x in lines],
                          error="the run's process died before it ended (a signal, os._exit)")
     raised = lines[-1]["raised"]
     return ForkedRun(records=[from_json(x) for x in lines[:-1]],
                      error=None if raised is None else str(raised),
-                     stopped=lines[-1]["stopped"] is True)
+                     stopped=lines[-1]["stopped"] is True, ours=lines[-1]["ours"] is True,
+                     traceback=str(lines[-1]["traceback"]))
+
+
+def call_in_fork(func: Callable[[], object]) -> tuple[object, str | None, bool]:
+    """``func()`` (its result JSON-able) in a process forked for it, bounded by
+    :data:`RUN_BOUND_S`: (its result, the error it raised or None, whether it was still
+    running at the bound and killed)."""
+    from trainspec.conformance.run.reading import error_line
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # never returns
+        try:
+            os.close(r)
+            _die_with_parent()
+            try:
+                out = {"result": func(), "error": None}
+            except Exception as e:
+                out = {"result": None, "error": error_line(e)}
+            view = memoryview(json.dumps(out).encode())
+            while view:
+                view = view[os.write(w, view):]
+        finally:
+            os._exit(0)
+    os.close(w)
+    data, timed_out = _read_within(r, pid, RUN_BOUND_S)
+    if timed_out:
+        return None, f"still running after {RUN_BOUND_S:g} s", True
+    try:
+        got = json.loads(data.decode())
+    except ValueError:
+        return None, "its process died before it returned (a signal, os._exit)", False
+    return got["result"], got["error"], False
+
+
+def _die_with_parent() -> None:
+    """A forked run ends with the process that forked it (a worker's child killed mid-run
+    leaves no run behind it)."""
+    from trainspec.conformance.run.child import set_parent_death_signal
+
+    set_parent_death_signal()
+
+
+def _read_within(fd: int, pid: int, bound_s: float | None) -> tuple[bytes, bool]:
+    """Everything the forked run writes to ``fd`` until it ends, and whether it was still
+    running at ``bound_s`` (then it is killed)."""
+    deadline = None if bound_s is None else time.monotonic() + bound_s
+    chunks: list[bytes] = []
+    try:
+        while True:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                return b"", True
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks), False
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+        os.waitpid(pid, 0)

@@ -45,6 +45,10 @@ class PropertyOutcome:
         raw = result.get("judged")
         judged = {str(k): int(v) for k, v in raw.items() if isinstance(v, int)} \
             if isinstance(raw, dict) else {}
+        broke = result.get("broke")
+        if isinstance(broke, str):  # the runner could not judge: a run hung, the adapter broke
+            return cls(verdict="broke", examples=examples, status=broke,
+                       error=_str(result, "error"), detail=_str(result, "detail"))
         if result.get("passed") is True:
             return cls(verdict="passed", examples=examples, judged=judged,
                        out_of_time=result.get("out_of_time") is True)

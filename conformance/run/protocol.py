@@ -152,17 +152,19 @@ class Property:
     max_examples: int
     job_dir: str
     timeout_s: float
+    run_timeout_s: float = 0.0  # the bound on each run the property makes (0: none)
 
     def to_json(self) -> JSON:
         return {"op": "property", "property": self.name, "runner": self.runner,
                 "max_examples": self.max_examples, "rank": 0, "job_dir": self.job_dir,
-                "timeout_s": self.timeout_s}
+                "timeout_s": self.timeout_s, "run_timeout_s": self.run_timeout_s}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Property:
         return cls(name=_str(data, "property"), runner=_str(data, "runner"),
                    max_examples=_int(data, "max_examples") or 0, job_dir=_str(data, "job_dir"),
-                   timeout_s=_float(data, "timeout_s") or 0.0)
+                   timeout_s=_float(data, "timeout_s") or 0.0,
+                   run_timeout_s=_float(data, "run_timeout_s") or 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -257,13 +257,14 @@ class World:
         return tuple(FileRecord.from_json(entry) for entry in reply.files or ())
 
     def run_property(self, name: str, *, runner: str, max_examples: int,
-                     timeout_s: float) -> PropertyOutcome:
+                     timeout_s: float, run_timeout_s: float = 0.0) -> PropertyOutcome:
         """A hypothesis property run next to the trainer in one bounded child (one rank)."""
         job_dir = self.root / f"job{next(_JOBS)}-property-{name}"
         job_dir.mkdir(parents=True)
         worker = self.workers[0]
         worker.send(Property(name=name, runner=runner, max_examples=max_examples,
-                             job_dir=str(job_dir), timeout_s=timeout_s))
+                             job_dir=str(job_dir), timeout_s=timeout_s,
+                             run_timeout_s=run_timeout_s))
         reply = self._collect_one(worker, timeout_s)
         if isinstance(reply, PropertyReply) and reply.result is not None:
             return PropertyOutcome.from_json(reply.result)
