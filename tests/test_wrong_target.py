@@ -14,9 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.adapters.base_trainer import BaseTrainerAdapter
-from trainspec.conformance.checks.properties import run_property
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -44,11 +41,16 @@ def test_a_wrong_base_trainer_exits_2_before_any_check(tmp_path: Path, ref: str,
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "r.json") == []
 
 
-def test_a_property_check_leaves_no_hypothesis_folder(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    outcome = run_property("decisions", BaseTrainerAdapter(),
-                           max_examples=3)
+def test_a_property_check_leaves_no_hypothesis_folder(tmp_path: Path) -> None:
+    # in an interpreter of its own, as in a worker: a property forks a process per example,
+    # which a process running threads (a pytest-xdist worker's) must not do
+    code = ("import json; from trainspec.conformance.checks.properties import run_property; "
+            "from trainspec.adapters.base_trainer import BaseTrainerAdapter; "
+            "print(json.dumps(run_property('decisions', BaseTrainerAdapter(), max_examples=3)))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     assert outcome["examples"] == 3
     assert json.dumps(outcome)  # JSON-able, as the worker sends it
     assert list(tmp_path.iterdir()) == []

@@ -44,6 +44,8 @@ class ModelClause:
     subject: str  # the check's name: check_generated_runs_<subject>
     covers: tuple[str, ...]
     requires: frozenset[Capability] = frozenset()
+    # judged only in a check of several ranks (a one-rank world pools nothing)
+    multi_rank: bool = False
 
 
 def _c(clause: str, subject: str, covers: tuple[str, ...],
@@ -72,7 +74,8 @@ MODEL_CLAUSES: tuple[ModelClause, ...] = (
     _c("DBG-3", "write_nothing_in_debug", ("DBG-3.1",), ("debug", "checkpoint")),
     _c("CKPT-1", "leave_the_model_files", ("CKPT-1.1", "CKPT-1.2", "CKPT-1.3", "CKPT-1.5"),
        ("checkpoint",)),
-    _c("DIST-1", "pool_the_score", ("DIST-1.1",)),
+    ModelClause(clause="DIST-1", subject="pool_the_score", covers=("DIST-1.1",),
+                requires=frozenset({"multi_rank"}), multi_rank=True),
 )
 
 
@@ -219,7 +222,7 @@ def _register(spec: ModelClause) -> None:
     judge.__doc__ = (f"Generated runs of every kind meet {clause} as the model of the spec "
                      "says.\n\nOne divergence per generated chain, shrunk, charged to the "
                      "sentence it breaks.")
-    check(clause, requires=spec.requires, covers=spec.covers)(judge)
+    check(clause, requires=spec.requires, covers=spec.covers, multi_rank=spec.multi_rank)(judge)
 
 
 for _spec in MODEL_CLAUSES:

@@ -11,6 +11,7 @@ tracking FT-4's, a fresh run's the oracle's (PAT-5).
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +44,14 @@ class Divergence:
 
 
 def _same(a: float, b: float) -> bool:
-    return (math.isnan(a) and math.isnan(b)) or a == b
+    """Equal, both NaN, or equal once each is rounded to float32: a trainer that logs its
+    score as a float32 tensor (as frameworks do) reports the value it pooled."""
+    if (math.isnan(a) and math.isnan(b)) or a == b:
+        return True
+    try:
+        return struct.pack("f", a) == struct.pack("f", b)
+    except OverflowError:
+        return False
 
 
 def _start(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:
@@ -84,7 +92,7 @@ def _validations(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergenc
                                f"{[label(x.epoch) for x in expected]}")]
         if not _same(v.score, d.score):
             return [Divergence(sentence="DIST-1.1", evidence=f"{where} pooled the score "
-                               f"{fmt_scores([v.score])}; expected {fmt_scores([d.score])}")]
+                               f"{v.score!r}; expected {d.score!r}")]
         if v.improved != d.improved:
             so_far = fmt_scores([x.score for x in expected[: i + 1]])
             return [Divergence(sentence=_decision_sentence(kind, "improved", d),

@@ -253,6 +253,7 @@ def _property_child(req: dict[str, Any], adapter: Any) -> int:
 
     memory.RUN_BOUND_S = float(req.get("run_timeout_s") or 0.0) or None  # each forked run's
     memory.OWN_CODE = lambda tb: _error_is_ours(tb, adapter)
+    memory.DIE_WITH_PARENT = set_parent_death_signal
     began = time.monotonic()
     result = runner(req["property"], adapter, max_examples=int(req["max_examples"]))
     note_run_time("property", int(req["rank"]), began)

@@ -71,6 +71,13 @@ def _nobodys(tb: traceback.StackSummary) -> bool:
 OWN_CODE: Callable[[traceback.StackSummary], bool] = _nobodys
 
 
+def _stays() -> None:
+    return None
+
+
+DIE_WITH_PARENT: Callable[[], None] = _stays
+
+
 def run_in_fork(adapter: Any, scenario: Scenario, root: Path, *,
                 context: Callable[[Path], MemoryContext] = MemoryContext,
                 stop: type[BaseException] | None = None) -> ForkedRun:
@@ -160,10 +167,8 @@ def call_in_fork(func: Callable[[], object]) -> tuple[object, str | None, bool]:
 
 def _die_with_parent() -> None:
     """A forked run ends with the process that forked it (a worker's child killed mid-run
-    leaves no run behind it)."""
-    from trainspec.conformance.run.child import set_parent_death_signal
-
-    set_parent_death_signal()
+    leaves no run behind it): what the worker child serving a property set in DIE_WITH_PARENT."""
+    DIE_WITH_PARENT()
 
 
 def _read_within(fd: int, pid: int, bound_s: float | None) -> tuple[bytes, bool]:

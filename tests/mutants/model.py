@@ -161,7 +161,7 @@ mutant_of("check_generated_runs_stop_as_the_model",
           expect="did not stop the run; expected a stop [fresh;",
           proves=("PAT-5.1",))(_pat.StopsOneValidationLate)
 mutant_of("check_generated_runs_finetune_from_epoch_zero",
-          expect="the finetuned run started at epoch 1; expected 0",
+          expect="the finetuned run started at epoch ",
           proves=("FT-1.2",))(_ft.FinetuneKeepsTheEpoch)
 mutant_of("check_generated_runs_cap_debug_epochs",
           expect="the debug run validated after",
