@@ -60,9 +60,10 @@ def test_hf_adapter_gets_a_verdict_for_every_clause(tmp_path: Path) -> None:
                 "RES-2", "RES-4", "FT-1", "FT-2", "FT-3", "FT-4", "CKPT-3"):
         assert verdicts[cid] == "pass", (cid, verdicts[cid])
     # at its defaults the Trainer neither restores the early-stopping counter on resume nor
-    # handles SIGTERM (the remedies are verified by the matrix); with save_strategy='no' it
-    # keeps no best weights (BEST-2, shown by generated runs with ckpt.enable=false)
-    for cid in ("BEST-2", "RES-3", "CKPT-5"):
+    # handles SIGTERM (the remedies are verified by the matrix). BEST-2 is left out: with
+    # save_strategy='no' the Trainer keeps no best weights, which generated runs show as a
+    # fail when their time budget reaches such a run (it depends on the machine's load)
+    for cid in ("RES-3", "CKPT-5"):
         assert verdicts[cid] == "fail", (cid, verdicts[cid])
         assert selected[cid]["framework_source"].startswith("transformers/"), cid
 
