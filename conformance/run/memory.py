@@ -89,37 +89,28 @@ def run_in_fork(adapter: Any, scenario: Scenario, root: Path, *,
     interruption), ends it as ``stopped``."""
     from trainspec.conformance.run.reading import error_line, trusting
 
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # never returns
+    def produce() -> bytes:
+        ctx = context(root)
+        error, stopped, ours, text = None, False, False, ""
+        inside = str(root.resolve()) + os.sep
         try:
-            os.close(r)
-            _die_with_parent()
-            ctx = context(root)
-            error, stopped, ours, text = None, False, False, ""
-            inside = str(root.resolve()) + os.sep
-            try:
-                with trusting(lambda p: str(Path(p).resolve()).startswith(inside)):
-                    adapter.run(scenario, ctx)
-            except Exception as e:  # the trainer's, or the adapter's own: the run's outcome
-                error = error_line(e)
-                tb = traceback.extract_tb(e.__traceback__)
-                ours, text = OWN_CODE(tb), "".join(traceback.format_exception(e))[-6000:]
-            except BaseException as e:
-                if stop is None or not isinstance(e, stop):
-                    raise
-                stopped = True
-            out = [json.dumps(to_json(x)) for x in ctx.records]
-            out.append(json.dumps({"raised": error, "stopped": stopped, "ours": ours,
-                                   "traceback": text}))
-            view = memoryview(("\n".join(out) + "\n").encode())
-            while view:
-                view = view[os.write(w, view):]
-        finally:
-            os._exit(0)
-    os.close(w)
-    data, timed_out = _read_within(r, pid, RUN_BOUND_S)
-    if timed_out:
+            with trusting(lambda p: str(Path(p).resolve()).startswith(inside)):
+                adapter.run(scenario, ctx)
+        except Exception as e:  # the trainer's, or the adapter's own: the run's outcome
+            error = error_line(e)
+            tb = traceback.extract_tb(e.__traceback__)
+            ours, text = OWN_CODE(tb), "".join(traceback.format_exception(e))[-6000:]
+        except BaseException as e:
+            if stop is None or not isinstance(e, stop):
+                raise
+            stopped = True
+        out = [json.dumps(to_json(x)) for x in ctx.records]
+        out.append(json.dumps({"raised": error, "stopped": stopped, "ours": ours,
+                               "traceback": text}))
+        return ("\n".join(out) + "\n").encode()
+
+    data = _in_fork(produce)
+    if data is None:
         return ForkedRun(records=[], error=f"still running after {RUN_BOUND_S:g} s",
                          timed_out=True)
     lines: list[dict[str, Any]] = [json.loads(x) for x in data.decode().splitlines() if x]
@@ -139,24 +130,15 @@ def call_in_fork(func: Callable[[], object]) -> tuple[object, str | None, bool]:
     running at the bound and killed)."""
     from trainspec.conformance.run.reading import error_line
 
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # never returns
+    def produce() -> bytes:
         try:
-            os.close(r)
-            _die_with_parent()
-            try:
-                out = {"result": func(), "error": None}
-            except Exception as e:
-                out = {"result": None, "error": error_line(e)}
-            view = memoryview(json.dumps(out).encode())
-            while view:
-                view = view[os.write(w, view):]
-        finally:
-            os._exit(0)
-    os.close(w)
-    data, timed_out = _read_within(r, pid, RUN_BOUND_S)
-    if timed_out:
+            out = {"result": func(), "error": None}
+        except Exception as e:
+            out = {"result": None, "error": error_line(e)}
+        return json.dumps(out).encode()
+
+    data = _in_fork(produce)
+    if data is None:
         return None, f"still running after {RUN_BOUND_S:g} s", True
     try:
         got = json.loads(data.decode())
@@ -165,10 +147,26 @@ def call_in_fork(func: Callable[[], object]) -> tuple[object, str | None, bool]:
     return got["result"], got["error"], False
 
 
-def _die_with_parent() -> None:
-    """A forked run ends with the process that forked it (a worker's child killed mid-run
-    leaves no run behind it): what the worker child serving a property set in DIE_WITH_PARENT."""
-    DIE_WITH_PARENT()
+def _in_fork(produce: Callable[[], bytes]) -> bytes | None:
+    """What ``produce()`` returns, made in a process forked for it that ends with the
+    process that forked it (a worker's child killed mid-run leaves no run behind it: the hook
+    the worker child serving a property set in DIE_WITH_PARENT); None when it was still
+    running at :data:`RUN_BOUND_S` (then it is killed). A child that died returns what it
+    wrote before (nothing)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # never returns
+        try:
+            os.close(r)
+            DIE_WITH_PARENT()
+            view = memoryview(produce())
+            while view:
+                view = view[os.write(w, view):]
+        finally:
+            os._exit(0)
+    os.close(w)
+    data, timed_out = _read_within(r, pid, RUN_BOUND_S)
+    return None if timed_out else data
 
 
 def _read_within(fd: int, pid: int, bound_s: float | None) -> tuple[bytes, bool]:
