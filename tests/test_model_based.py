@@ -6,7 +6,11 @@ import re
 from pathlib import Path
 
 from trainspec.conformance.checks import CHECKS
+from trainspec.conformance.checks.generated import run_generated
 from trainspec.conformance.checks.model_based import JUDGED_ON, MODEL_CLAUSES, examples_for
+from trainspec.conformance.run.adapter import CAPABILITIES
+from trainspec.conformance.run.protocol import RunReply
+from trainspec.conformance.run.world import _property_ended
 from trainspec.conformance.spec.sentences import get as get_sentence
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,3 +51,31 @@ def test_one_check_per_clause_is_registered_under_that_clause_alone() -> None:
 def test_the_fast_profile_draws_thirty_chains_and_ci_more() -> None:
     assert examples_for(60) == 30
     assert examples_for(250) > 100
+
+
+class _Caps:
+    """An adapter as the draw sees it: its capabilities alone (no run is ever started)."""
+
+    def capabilities(self) -> frozenset[str]:
+        return CAPABILITIES
+
+
+def test_a_budget_spent_before_any_run_ends_the_draw_as_out_of_time_not_as_a_crash() -> None:
+    # every draw is set aside (hypothesis calls that unsatisfiable): the engine reports no
+    # run judged and the budget spent, so each clause rests on its hand-written checks; it
+    # used to end the property run's process, and every generated clause failed as "exited"
+    got = run_generated("exclude=;budget_s=0", _Caps(), max_examples=5)
+    spent = got.pop("cpu_s")
+    assert got == {"passed": True, "examples": 0, "judged": {}, "out_of_time": True}
+    assert isinstance(spent, float)
+    assert spent >= 0
+
+
+def test_a_property_run_that_ends_without_a_result_names_its_status_and_its_error() -> None:
+    log = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+           "hypothesis.errors.Unsatisfiable: Unable to satisfy assumptions\n\n")
+    exited = _property_ended(RunReply(status="exited", code=1), log)
+    assert exited == ("the property run exited with status 1: "
+                      "hypothesis.errors.Unsatisfiable: Unable to satisfy assumptions")
+    killed = _property_ended(RunReply(status="killed", signal=9), "epoch 3\n")
+    assert killed == "the property run was killed by signal 9"

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import resource
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -26,6 +26,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
+from hypothesis.errors import Flaky, Unsatisfiable
 
 from trainspec.conformance.checks.base import SCRATCH
 from trainspec.conformance.checks.chains import with_load
@@ -56,7 +57,16 @@ __all__ = ["examples", "judge_example", "run_generated"]
 _POINTS: tuple[Interruption, ...] = ("train_start", "train_end", "val_start", "val_after_save")
 _MORE_FILES = 3  # a resume is judged from the drawn file and up to this many others
 _SET_ASIDE = 2  # runs showing a slip already charged, per example asked, before giving up
-_SHRINK_S = 20.0  # past this, shrinking keeps the smallest failure found so far
+_SHRINK_S = 20.0  # CPU seconds: past this, shrinking keeps the smallest failure found so far
+
+
+def cpu_s() -> float:
+    """CPU seconds this process and the runs it forked and waited for have spent: what the
+    budgets count, so a loaded machine (a slower wall clock) draws and shrinks the same
+    chains as a quiet one. A run that sleeps spends none; RUN_BOUND_S bounds it."""
+    own, runs = resource.getrusage(resource.RUSAGE_SELF), \
+        resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + runs.ru_utime + runs.ru_stime
 # two optimizer steps an epoch (so step counts show), nothing else: a run takes milliseconds
 _TASK = Task(n_train=8, n_val=4, n_test=4, batch_size=4)
 
@@ -320,7 +330,8 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
         return _result(found[0], example, 1) if found else {"passed": True, "examples": 1}
     asked = dict(part.partition("=")[::2] for part in name.split(";"))
     exclude = set(filter(None, asked.get("exclude", "").split(",")))
-    deadline = time.monotonic() + float(asked.get("budget_s") or "inf")
+    began = cpu_s()
+    deadline = began + float(asked.get("budget_s") or "inf")
     failure: dict[str, Any] = {}
     failing: set[str] = set()
     judged: dict[str, int] = {}
@@ -328,14 +339,14 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
 
     def once(example: dict[str, Any]) -> None:
         nonlocal count
-        if not failing and time.monotonic() > deadline:
+        if not failing and cpu_s() > deadline:
             out_of_time[0] = True  # the budget is spent: draw on, run nothing more
             assume(False)
         assume(feasible(example))
         # past this many runs set aside, the rest would be too: draw on, run nothing more
         assume(set_aside[0] < _SET_ASIDE * max_examples or bool(failing))
         key = json.dumps(example, sort_keys=True)
-        if failing and key not in failing and time.monotonic() - since[0] > _SHRINK_S:
+        if failing and key not in failing and cpu_s() - since[0] > _SHRINK_S:
             return  # out of shrinking time: keep the smallest failure found
         count += 1
         found = _judged(adapter, example)
@@ -347,7 +358,7 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
                 judged[clause] = judged.get(clause, 0) + 1
             return
         if not failing:
-            since[0] = time.monotonic()
+            since[0] = cpu_s()
         failing.add(key)
         failure.clear()
         failure.update(_result(found[0], example, count))
@@ -357,13 +368,14 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
         failed = _draw(once, adapter, max_examples)
     except _Broke as broke:
         return {"broke": broke.status, "error": broke.error, "detail": broke.detail,
-                "examples": count}
+                "examples": count, "cpu_s": round(cpu_s() - began, 3)}
     if failed:
         if not failure:
             raise AssertionError("a generated run failed, and its failure was not kept")
-        return {**failure, "examples": count, "judged": judged}
+        return {**failure, "examples": count, "judged": judged,
+                "cpu_s": round(cpu_s() - began, 3)}
     return {"passed": True, "examples": count, "judged": judged,
-            "out_of_time": out_of_time[0]}
+            "out_of_time": out_of_time[0], "cpu_s": round(cpu_s() - began, 3)}
 
 
 def _draw(once: Any, adapter: Any, max_examples: int) -> bool:
@@ -375,8 +387,10 @@ def _draw(once: Any, adapter: Any, max_examples: int) -> bool:
     set_hypothesis_home_dir(home)
     try:
         test()
-    except (AssertionError, BaseExceptionGroup):
+    except (AssertionError, BaseExceptionGroup, Flaky):  # Flaky: it failed, then not
         return True
+    except Unsatisfiable:  # every draw set aside (out of budget, or a slip charged): none ran
+        return False
     finally:
         set_hypothesis_home_dir(None)
         shutil.rmtree(home, ignore_errors=True)

@@ -272,7 +272,7 @@ class World:
         log = job_dir / "rank0.log"
         tail = log.read_text(errors="replace")[-6000:] if log.exists() else ""
         return PropertyOutcome(verdict="broke", status=run.status, detail=run.stack or tail,
-                               error=run.error or f"the property run {run.status}")
+                               error=run.error or _property_ended(run, tail))
 
     def _collect_one(self, worker: WorkerProcess, timeout_s: float) -> Reply:
         try:
@@ -343,3 +343,14 @@ def rank_trace(rank: int, job_dir: Path, reply: RunReply) -> RankTrace:
         status, error = "lost", reply.error
         detail = reply.traceback
     return parse_rank(rank, records, status, error, detail)
+
+
+def _property_ended(run: RunReply, log_tail: str) -> str:
+    """How a property run's process ended without a result: its status, and the error its
+    log ends with (a traceback's last line), so the report names the cause."""
+    how = {"exited": f"exited with status {run.code}",
+           "killed": f"was killed by signal {run.signal}"}.get(run.status, run.status)
+    lines = [x for x in log_tail.splitlines() if x.strip()]
+    raised = lines[-1].strip() if "Traceback (most recent call last)" in log_tail and lines \
+        else ""
+    return f"the property run {how}" + (f": {raised}" if raised else "")
