@@ -1,0 +1,505 @@
+"""The suite's reach, measured: single-point mutants of the reference, each checked by the suite.
+
+cosmic-ray (an existing mutation-testing engine) makes the mutants: its operators walk the
+reference's source (parso trees) and each mutant is one operator applied at one position. Why
+cosmic-ray and not mutmut: cosmic-ray's mutant is the module's source, written to a file, so
+every process that imports it runs it (the check's worker, the run forked from it, the ranks of
+a multi-rank run, a generated run forked from a property child); mutmut 3 switches mutants by
+an environment variable read in trampolines that only its own pytest run sets up, and the
+suite's forked runs are not pytest. cosmic-ray's own runner mutates the file in place, one
+mutant at a time; this module keeps its operators and its mutation of the code and runs the
+mutants itself, each in a package tree of its own (``trainspec`` with the mutated
+``reference``, the rest the project's own files), so two run at once, and a run that is cut
+short leaves the project's files untouched.
+
+A mutant is checked by ``trainspec check reference`` on the clauses whose scenarios execute the
+mutated function (the map: each clause's check run once under the suite's profiler,
+``TRAINSPEC_PROFILE_DIR``, and every reference function its runs called noted; a mutant outside
+any function, or in a function no clause's runs call, is checked on every clause). Killed: the
+check failed (exit 1, some clause fail or error). Survived: every clause passed. Each survivor
+is triaged in ``benchmarks/mutation_triage.toml``: *equivalent* (why no observable can change)
+or *gap* (a slip the suite misses: a check to write).
+
+Mutations no run can observe are not generated: a type annotation (never evaluated: every
+module has ``from __future__ import annotations``) and an ``if TYPE_CHECKING:`` block.
+
+    python -m benchmarks.mutation map                  # the clause map (minutes), once
+    python -m benchmarks.mutation run                  # every mutant, resumable, -j 2
+    python -m benchmarks.mutation run --sample 30 --seed 0 --require-killed   # the CI sample
+    python -m benchmarks.mutation report               # docs/mutation.md from the results
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import json
+import os
+import pstats
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FILES", "OPERATORS", "Mutant", "Outcome", "clause_map", "generate", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+# the reference's loop, checkpoint, resume, patience, best-selection, debug and distributed code
+FILES = ("reference/trainer.py", "reference/checkpoint.py", "reference/distributed.py")
+_SAME = ("AddNot", "ReplaceTrueWithFalse", "ReplaceFalseWithTrue", "ReplaceAndWithOr",
+         "ReplaceOrWithAnd", "ReplaceBreakWithContinue", "ReplaceContinueWithBreak",
+         "NumberReplacer", "ZeroIterationForLoop", "RemoveDecorator",
+         "ReplaceUnaryOperator_Delete_Not", "ReplaceUnaryOperator_Delete_USub",
+         "ReplaceUnaryOperator_USub_UAdd")
+# arithmetic: each operator replaced by its nearest neighbour, not by all ten others
+_BINARY = ("Add_Sub", "Sub_Add", "Mul_Div", "Div_Mul", "FloorDiv_Div", "Div_FloorDiv",
+           "Mod_FloorDiv", "Pow_Mul", "BitOr_BitAnd", "BitAnd_BitOr")
+# comparisons: the boundary flip and the negation of each
+_COMPARE = ("Lt_LtE", "LtE_Lt", "Gt_GtE", "GtE_Gt", "Lt_GtE", "Gt_LtE", "LtE_Gt", "GtE_Lt",
+            "Eq_NotEq", "NotEq_Eq", "Is_IsNot", "IsNot_Is")
+OPERATORS = (*(f"core/{n}" for n in _SAME), *(f"core/ReplaceBinaryOperator_{n}" for n in _BINARY),
+             *(f"core/ReplaceComparisonOperator_{n}" for n in _COMPARE))
+MAP_PATH = ROOT / "benchmarks" / "mutation_map.json"
+TRIAGE_PATH = ROOT / "benchmarks" / "mutation_triage.toml"
+RESULTS_PATH = ROOT / "benchmarks" / "mutation_results.jsonl"
+DOC_PATH = ROOT / "docs" / "mutation.md"
+_CHECK_TIMEOUT_S = 600.0  # one mutant's whole check
+_RUN_TIMEOUT_S = 30  # each run of it (the reference's take well under a second)
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """One operator applied at one position of one file."""
+
+    id: str  # FILE:OPERATOR:OCCURRENCE (stable while the file does not change)
+    file: str
+    operator: str
+    occurrence: int
+    line: int
+    function: str  # the innermost function's qualified name, "" at module or class level
+    before: str  # the mutated line as it is
+
+    def after(self) -> str:
+        """The mutated line as the mutant has it."""
+        lines = mutated_source(self).splitlines()
+        return lines[self.line - 1].strip() if self.line - 1 < len(lines) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    id: str
+    status: str  # killed, survived, timeout (killed by the bound: the check hung), error
+    clauses: list[str]  # the clauses it was checked on
+    failed: list[str]  # the clauses whose verdict was fail, error or timeout
+    seconds: float
+    detail: str = ""
+
+
+# ------------------------------------------------------------------------------- generate
+
+
+def _unobservable(tree: ast.Module) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Source ranges no run evaluates: annotations, ``if TYPE_CHECKING:`` blocks."""
+    spans: list[ast.expr | ast.stmt] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
+            spans.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns:
+            spans.append(node.returns)
+        elif isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
+                and node.test.id == "TYPE_CHECKING":
+            spans.append(node)
+    return [((s.lineno, s.col_offset), (s.end_lineno or s.lineno, s.end_col_offset or 0))
+            for s in spans]
+
+
+def _functions(tree: ast.Module) -> list[tuple[int, int, int, str]]:
+    """(first line with decorators, def line, last line, qualified name) of every function."""
+    found: list[tuple[int, int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                    found.append((first, child.lineno, child.end_lineno or child.lineno, name))
+                visit(child, f"{name}.")
+
+    visit(tree, "")
+    return found
+
+
+def _innermost(functions: Sequence[tuple[int, int, int, str]], line: int) -> str:
+    inside = [f for f in functions if f[0] <= line <= f[2]]
+    return max(inside, key=lambda f: f[0])[3] if inside else ""
+
+
+def generate(files: Sequence[str] = FILES) -> list[Mutant]:
+    """Every mutant of ``files`` under :data:`OPERATORS`, in a stable order."""
+    from cosmic_ray.ast import ast_nodes, get_ast
+    from cosmic_ray.plugins import get_operator
+
+    mutants: list[Mutant] = []
+    for file in files:
+        source = (ROOT / file).read_text()
+        lines = source.splitlines()
+        tree = ast.parse(source)
+        hidden, functions = _unobservable(tree), _functions(tree)
+        for name in OPERATORS:
+            operator = get_operator(name)()
+            occurrence = 0
+            for node in ast_nodes(get_ast(source)):
+                for start, end in operator.mutation_positions(node):
+                    index, occurrence = occurrence, occurrence + 1
+                    if any(a <= start and end <= b for a, b in hidden):
+                        continue
+                    line = start[0]
+                    mutants.append(Mutant(
+                        id=f"{file}:{name.removeprefix('core/')}:{index}", file=file,
+                        operator=name.removeprefix("core/"), occurrence=index, line=line,
+                        function=_innermost(functions, line), before=lines[line - 1].strip()))
+    return mutants
+
+
+def mutated_source(mutant: Mutant) -> str:
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    code = mutate_code((ROOT / mutant.file).read_text(),
+                       get_operator(f"core/{mutant.operator}")(), mutant.occurrence)
+    if code is None:
+        raise SystemExit(f"mutant {mutant.id}: the operator no longer applies there (the "
+                         "file changed since the mutants were listed); run again")
+    return str(code)
+
+
+# ----------------------------------------------------------------------------- the clause map
+
+
+def _check(args: Sequence[str], *, env: dict[str, str], cwd: Path, timeout_s: float
+           ) -> tuple[int | None, str]:
+    """``python -m trainspec check ARGS`` in its own process group; (exit status or None when
+    it outlived ``timeout_s``, the output's tail)."""
+    proc = subprocess.Popen([sys.executable, "-m", "trainspec", "check", *args], cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out[-4000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # strays of the check's group
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, out[-4000:]
+
+
+def clause_map(jobs: int = 2, say: Any = print) -> dict[str, list[str]]:
+    """reference function (``FILE:QUALNAME``) -> the clauses whose check runs call it."""
+    from trainspec.conformance.spec.clauses import select
+
+    clauses = list(select(None))
+    funcs = {f: _functions(ast.parse((ROOT / f).read_text())) for f in FILES}
+    called: dict[str, set[str]] = {}
+
+    def one(clause: str) -> None:
+        with tempfile.TemporaryDirectory(prefix="trainspec-map-") as tmp:
+            env = {**os.environ, "TRAINSPEC_PROFILE_DIR": str(Path(tmp) / "prof")}
+            code, out = _check(["reference", "--clauses", clause, "-n", "1"], env=env,
+                               cwd=Path(tmp), timeout_s=_CHECK_TIMEOUT_S)
+            if code != 0:
+                raise SystemExit(f"the reference does not pass {clause} (exit {code}):\n{out}")
+            for prof in Path(tmp, "prof").glob("*.prof"):
+                for filename, first, _ in pstats.Stats(str(prof)).stats:  # type: ignore[attr-defined]
+                    rel = _relative(filename)
+                    if rel in funcs:
+                        for start, at, _end, name in funcs[rel]:
+                            if start <= first <= at:
+                                called.setdefault(f"{rel}:{name}", set()).add(clause)
+        say(f"  mapped {clause}")
+
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(one, clauses))
+    return {k: sorted(v, key=clauses.index) for k, v in sorted(called.items())}
+
+
+def _relative(filename: str) -> str:
+    real = os.path.realpath(filename)
+    with contextlib.suppress(ValueError):
+        return Path(real).relative_to(ROOT).as_posix()
+    return ""
+
+
+# ---------------------------------------------------------------------------------- running
+
+
+@contextlib.contextmanager
+def _tree() -> Iterator[Path]:
+    """A package tree of its own: ``trainspec`` as the project's, with ``reference`` a copy."""
+    root = Path(tempfile.mkdtemp(prefix="trainspec-mutant-"))
+    try:
+        package = root / "trainspec"
+        package.mkdir()
+        for entry in (ROOT / "trainspec").iterdir():
+            if entry.name in ("reference", "__pycache__"):
+                continue
+            (package / entry.name).symlink_to(entry.resolve())
+        shutil.copytree(ROOT / "reference", package / "reference",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def check_mutant(mutant: Mutant, clauses: Sequence[str], tree: Path) -> Outcome:
+    """Write the mutant into ``tree`` and check it on ``clauses``; the file is restored."""
+    target = tree / "trainspec" / mutant.file
+    original = target.read_text()
+    target.write_text(mutated_source(mutant))
+    shutil.rmtree(target.parent / "__pycache__", ignore_errors=True)
+    began = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="run-", dir=tree) as work:
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            env.pop("TRAINSPEC_PROFILE_DIR", None)
+            report = Path(work) / "report.json"
+            args = ["reference", "-n", "1", "--timeout", str(_RUN_TIMEOUT_S),
+                    "--report", str(report)]
+            if clauses:
+                args += ["--clauses", ",".join(clauses)]
+            code, out = _check(args, env=env, cwd=Path(work), timeout_s=_CHECK_TIMEOUT_S)
+            seconds = round(time.monotonic() - began, 1)
+            failed = []
+            if report.exists():
+                with contextlib.suppress(ValueError, KeyError):
+                    failed = [c["id"] for c in json.loads(report.read_text())["clauses"]
+                              if c["verdict"] in ("fail", "error", "timeout")]
+    finally:
+        target.write_text(original)
+    if code is None:
+        status = "timeout"
+    elif code == 0:
+        status = "survived"
+    elif code == 1 and failed:
+        status = "killed"
+    else:
+        status = "error"  # the check itself broke (a usage or internal error): not a kill
+    return Outcome(id=mutant.id, status=status, clauses=list(clauses), failed=failed,
+                   seconds=seconds, detail="" if status in ("killed", "survived") else out)
+
+
+def clauses_for(mutant: Mutant, mapping: dict[str, list[str]]) -> list[str]:
+    """The clauses whose runs call the mutant's function (none: every clause)."""
+    return mapping.get(f"{mutant.file}:{mutant.function}", []) if mutant.function else []
+
+
+def run(mutants: Sequence[Mutant], mapping: dict[str, list[str]], results: Path, *,
+        jobs: int, say: Any = print) -> list[Outcome]:
+    """Check every mutant not in ``results`` yet, ``jobs`` at once, appending each outcome as
+    it comes (an interrupted run resumes where it stopped)."""
+    done = {o.id: o for o in load_results(results)}
+    todo = [m for m in mutants if m.id not in done]
+    say(f"{len(mutants)} mutants: {len(mutants) - len(todo)} checked before, {len(todo)} to "
+        f"check, {jobs} at a time")
+    lock = threading.Lock()
+    counts: Counter[str] = Counter(done[m.id].status for m in mutants if m.id in done)
+    began = time.monotonic()
+    trees: list[contextlib.ExitStack] = []
+    free: list[Path] = []
+    for _ in range(jobs):
+        stack = contextlib.ExitStack()
+        free.append(stack.enter_context(_tree()))
+        trees.append(stack)
+
+    def one(mutant: Mutant) -> Outcome:
+        with lock:
+            tree = free.pop()
+        try:
+            outcome = check_mutant(mutant, clauses_for(mutant, mapping), tree)
+        finally:
+            with lock:
+                free.append(tree)
+        with lock:
+            with results.open("a") as f:
+                f.write(json.dumps(asdict(outcome)) + "\n")
+            counts[outcome.status] += 1
+            n = sum(counts.values()) - (len(mutants) - len(todo))
+            left = (time.monotonic() - began) / n * (len(todo) - n)
+            say(f"[{n}/{len(todo)}] {outcome.status:<8} {mutant.id} ({outcome.seconds:.0f} s; "
+                f"{', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}; about "
+                f"{left / 60:.0f} min left)")
+        return outcome
+
+    try:
+        with ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(one, todo))
+    finally:
+        for stack in trees:
+            stack.close()
+    done = {o.id: o for o in load_results(results)}
+    return [done[m.id] for m in mutants if m.id in done]
+
+
+def load_results(path: Path) -> list[Outcome]:
+    if not path.exists():
+        return []
+    return [Outcome(**json.loads(line)) for line in path.read_text().splitlines() if line]
+
+
+def sample(mutants: Sequence[Mutant], n: int, seed: int) -> list[Mutant]:
+    """A fixed, seeded sample of ``n`` mutants (the same for the same mutants and seed)."""
+    return sorted(random.Random(seed).sample(list(mutants), min(n, len(mutants))),
+                  key=mutants.index)
+
+
+# ----------------------------------------------------------------------------------- report
+
+
+def load_triage(path: Path = TRIAGE_PATH) -> dict[str, dict[str, str]]:
+    """mutant ID -> {"kind": "equivalent" | "gap", "why": ...}."""
+    if not path.exists():
+        return {}
+    data = tomllib.loads(path.read_text())
+    triage = data.get("mutant", {})
+    return {str(k): {"kind": str(v["kind"]), "why": str(v["why"])} for k, v in triage.items()}
+
+
+def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
+           triage: dict[str, dict[str, str]], *, wall_s: float | None) -> str:
+    by_id = {o.id: o for o in outcomes}
+    counts = Counter(by_id[m.id].status for m in mutants if m.id in by_id)
+    checked = sum(counts.values())
+    survivors = [m for m in mutants if m.id in by_id and by_id[m.id].status == "survived"]
+    equivalent = [m for m in survivors if triage.get(m.id, {}).get("kind") == "equivalent"]
+    killed = counts["killed"] + counts["timeout"]
+    scored = checked - len(equivalent)
+    lines = [
+        "# Mutation score of the reference",
+        "",
+        "Made by `python -m benchmarks.mutation report` from the results of "
+        "`python -m benchmarks.mutation run` (see `benchmarks/mutation.py` for the method:",
+        "cosmic-ray's operators, each mutant checked by `trainspec check reference` on the "
+        "clauses whose runs call the mutated function). Do not edit by hand.",
+        "",
+        f"- Files: {', '.join(f'`{f}`' for f in FILES)}",
+        f"- Operators ({len(OPERATORS)}): "
+        + ", ".join(f"`{o.removeprefix('core/')}`" for o in OPERATORS),
+        f"- Mutants generated: {len(mutants)}; checked: {checked}"
+        + ("" if checked == len(mutants) else
+           f" (**{len(mutants) - checked} not checked yet**: the score is of those checked)"),
+        f"- Killed: {counts['killed']} (a clause failed), by the bound: {counts['timeout']}; "
+        f"survived: {counts['survived']} ({len(equivalent)} triaged equivalent, "
+        f"{sum(1 for m in survivors if triage.get(m.id, {}).get('kind') == 'gap')} gaps, "
+        f"{sum(1 for m in survivors if m.id not in triage)} not triaged); the check "
+        f"broke: {counts['error']}",
+        f"- **Score: {killed} of {scored} non-equivalent mutants killed "
+        f"({100 * killed / scored if scored else 0:.1f}%)**",
+    ]
+    if wall_s is not None:
+        lines.append(f"- Wall time of the last run: {wall_s / 60:.1f} min")
+    lines += ["", "## Per file", "", "| file | mutants | checked | killed | survived |",
+              "|---|---:|---:|---:|---:|"]
+    for file in FILES:
+        ms = [m for m in mutants if m.file == file]
+        st = Counter(by_id[m.id].status for m in ms if m.id in by_id)
+        lines.append(f"| `{file}` | {len(ms)} | {sum(st.values())} | "
+                     f"{st['killed'] + st['timeout']} | {st['survived']} |")
+    lines += ["", "## Survivors, triaged", ""]
+    if not survivors:
+        lines.append("None.")
+    for m in survivors:
+        t = triage.get(m.id)
+        kind = t["kind"] if t else "not triaged"
+        lines += [f"- `{m.id}` (line {m.line}, `{m.function or 'module level'}`): "
+                  f"`{m.before}` → `{m.after()}`; checked on "
+                  f"{', '.join(by_id[m.id].clauses) or 'every clause'}. **{kind}**"
+                  + (f": {t['why']}" if t else "")]
+    broke = [m for m in mutants if m.id in by_id and by_id[m.id].status == "error"]
+    if broke:
+        lines += ["", "## Mutants whose check broke (not counted as killed)", ""]
+        lines += [f"- `{m.id}`: `{m.before}` → `{m.after()}`" for m in broke]
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mutation",
+                                     description=(__doc__ or "").splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    mp = sub.add_parser("map", help="map each reference function to the clauses that run it")
+    mp.add_argument("-j", "--jobs", type=int, default=2)
+    r = sub.add_parser("run", help="check the mutants (resumable)")
+    r.add_argument("-j", "--jobs", type=int, default=2)
+    r.add_argument("--sample", type=int, default=None, metavar="N",
+                   help="a fixed, seeded sample of N mutants instead of all")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--results", type=Path, default=None, metavar="FILE.jsonl",
+                   help="where outcomes are appended (default: benchmarks/"
+                        "mutation_results.jsonl; a sample: a temporary file)")
+    r.add_argument("--require-killed", action="store_true",
+                   help="exit 1 unless every mutant checked is killed or triaged equivalent")
+    sub.add_parser("list", help="print every mutant, one JSON object per line")
+    p = sub.add_parser("report", help="write docs/mutation.md from the results")
+    p.add_argument("--results", type=Path, default=RESULTS_PATH)
+    p.add_argument("--wall-min", type=float, default=None,
+                   help="the wall time of the run, in minutes, for the report")
+    args = parser.parse_args(argv)
+    if args.command == "map":
+        mapping = clause_map(args.jobs)
+        MAP_PATH.write_text(json.dumps(mapping, indent=1) + "\n")
+        print(f"wrote {MAP_PATH.relative_to(ROOT)}: {len(mapping)} functions")
+        return 0
+    mutants = generate()
+    if args.command == "list":
+        for mutant in mutants:
+            print(json.dumps(asdict(mutant)))
+        return 0
+    if args.command == "report":
+        DOC_PATH.write_text(render(mutants, load_results(args.results), load_triage(),
+                                   wall_s=None if args.wall_min is None
+                                   else args.wall_min * 60))
+        print(f"wrote {DOC_PATH.relative_to(ROOT)}")
+        return 0
+    if not MAP_PATH.exists():
+        raise SystemExit(f"{MAP_PATH.relative_to(ROOT)} is missing: make it with "
+                         "python -m benchmarks.mutation map")
+    mapping = json.loads(MAP_PATH.read_text())
+    chosen = mutants if args.sample is None else sample(mutants, args.sample, args.seed)
+    with contextlib.ExitStack() as stack:
+        results = args.results
+        if results is None and args.sample is not None:
+            results = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "r.jsonl"
+        outcomes = run(chosen, mapping, results or RESULTS_PATH, jobs=args.jobs,
+                       say=lambda s: print(s, file=sys.stderr, flush=True))
+    triage = load_triage()
+    missed = [o for o in outcomes if o.status in ("survived", "error")
+              and triage.get(o.id, {}).get("kind") != "equivalent"]
+    counts = Counter(o.status for o in outcomes)
+    print(f"{len(outcomes)} mutants checked: " +
+          ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for o in missed:
+        m = next(x for x in chosen if x.id == o.id)
+        print(f"  {o.status}: {o.id} (line {m.line}): {m.before!r} -> {m.after()!r} "
+              f"{o.detail[-300:]}")
+    return 1 if args.require_killed and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
