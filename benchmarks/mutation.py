@@ -17,8 +17,10 @@ mutated function (the map: each clause's check run once under the suite's profil
 ``TRAINSPEC_PROFILE_DIR``, and every reference function its runs called noted; a mutant outside
 any function, or in a function no clause's runs call, is checked on every clause). Killed: the
 check failed (exit 1, some clause fail or error). Survived: every clause passed. Each survivor
-is triaged in ``benchmarks/mutation_triage.toml``: *equivalent* (why no observable can change)
-or *gap* (a slip the suite misses: a check to write).
+is triaged in ``benchmarks/mutation_triage.toml``: *equivalent* (why no observable can change),
+*outside* (what changes is something no clause speaks of: a log, a message, a folder the runs
+never need), *unreached* (the line runs only on hardware the machine lacks: CUDA), or *gap* (a
+slip the suite misses: a check to write). Only gaps count against the score.
 
 Mutations no run can observe are not generated: a type annotation (never evaluated: every
 module has ``from __future__ import annotations``) and an ``if TYPE_CHECKING:`` block.
@@ -71,12 +73,17 @@ _COMPARE = ("Lt_LtE", "LtE_Lt", "Gt_GtE", "GtE_Gt", "Lt_GtE", "Gt_LtE", "LtE_Gt"
             "Eq_NotEq", "NotEq_Eq", "Is_IsNot", "IsNot_Is")
 OPERATORS = (*(f"core/{n}" for n in _SAME), *(f"core/ReplaceBinaryOperator_{n}" for n in _BINARY),
              *(f"core/ReplaceComparisonOperator_{n}" for n in _COMPARE))
+# triage kinds left out of the score (unreached: the line runs only on hardware this machine
+# lacks, CUDA; a GPU session judges it)
+_UNSCORED = ("equivalent", "outside", "unreached")
 MAP_PATH = ROOT / "benchmarks" / "mutation_map.json"
 TRIAGE_PATH = ROOT / "benchmarks" / "mutation_triage.toml"
 RESULTS_PATH = ROOT / "benchmarks" / "mutation_results.jsonl"
 DOC_PATH = ROOT / "docs" / "mutation.md"
 _CHECK_TIMEOUT_S = 600.0  # one mutant's whole check
 _RUN_TIMEOUT_S = 30  # each run of it (the reference's take well under a second)
+# the families a mutant is checked on, round by round (a round that fails ends its check)
+_ROUNDS = (("LOOP", "BEST", "NAN", "PAT"), ("RES", "FT", "DBG"), ("CKPT", "DIST"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +107,9 @@ class Mutant:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     id: str
-    status: str  # killed, survived, timeout (killed by the bound: the check hung), error
+    # killed, survived, timeout (killed by the bound: the check hung), error (the check broke),
+    # incompetent (the mutated code is not Python: never run, not scored)
+    status: str
     clauses: list[str]  # the clauses it was checked on
     failed: list[str]  # the clauses whose verdict was fail, error or timeout
     seconds: float
@@ -266,31 +275,39 @@ def _tree() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _rounds(clauses: Sequence[str]) -> list[list[str]]:
+    """``clauses`` (none: every clause) in the rounds a mutant is checked in, one check each,
+    stopping at the first round that fails: the quick families first, so that most killed
+    mutants cost one round."""
+    from trainspec.conformance.spec.clauses import select
+
+    chosen = list(clauses) or list(select(None))
+    rounds = [[c for c in chosen if c.split("-")[0] in families] for families in _ROUNDS]
+    return [r for r in rounds if r]
+
+
 def check_mutant(mutant: Mutant, clauses: Sequence[str], tree: Path) -> Outcome:
     """Write the mutant into ``tree`` and check it on ``clauses``; the file is restored."""
     target = tree / "trainspec" / mutant.file
-    original = target.read_text()
-    target.write_text(mutated_source(mutant))
+    original, code_text = target.read_text(), mutated_source(mutant)
+    try:
+        compile(code_text, mutant.file, "exec")
+    except SyntaxError as e:  # the operator broke the syntax (a `/` of positional-only args)
+        return Outcome(id=mutant.id, status="incompetent", clauses=list(clauses), failed=[],
+                       seconds=0.0, detail=f"not Python: {e}")
+    target.write_text(code_text)
     shutil.rmtree(target.parent / "__pycache__", ignore_errors=True)
     began = time.monotonic()
+    code: int | None = 0
+    out, failed = "", list[str]()
     try:
-        with tempfile.TemporaryDirectory(prefix="run-", dir=tree) as work:
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            env.pop("TRAINSPEC_PROFILE_DIR", None)
-            report = Path(work) / "report.json"
-            args = ["reference", "-n", "1", "--timeout", str(_RUN_TIMEOUT_S),
-                    "--report", str(report)]
-            if clauses:
-                args += ["--clauses", ",".join(clauses)]
-            code, out = _check(args, env=env, cwd=Path(work), timeout_s=_CHECK_TIMEOUT_S)
-            seconds = round(time.monotonic() - began, 1)
-            failed = []
-            if report.exists():
-                with contextlib.suppress(ValueError, KeyError):
-                    failed = [c["id"] for c in json.loads(report.read_text())["clauses"]
-                              if c["verdict"] in ("fail", "error", "timeout")]
+        for chosen in _rounds(clauses):
+            code, out, failed = _check_round(tree, chosen)
+            if code != 0:
+                break
     finally:
         target.write_text(original)
+    seconds = round(time.monotonic() - began, 1)
     if code is None:
         status = "timeout"
     elif code == 0:
@@ -299,8 +316,29 @@ def check_mutant(mutant: Mutant, clauses: Sequence[str], tree: Path) -> Outcome:
         status = "killed"
     else:
         status = "error"  # the check itself broke (a usage or internal error): not a kill
+    # the output's last line, the tree's path taken out (the results file is published)
+    last = next((x for x in reversed(out.splitlines()) if x.strip()), "")
     return Outcome(id=mutant.id, status=status, clauses=list(clauses), failed=failed,
-                   seconds=seconds, detail="" if status in ("killed", "survived") else out)
+                   seconds=seconds, detail="" if status in ("killed", "survived") else
+                   last.replace(str(tree), "<tree>")[-500:])
+
+
+def _check_round(tree: Path, clauses: Sequence[str]) -> tuple[int | None, str, list[str]]:
+    """One ``trainspec check`` of the tree's reference on ``clauses``: (exit status, output,
+    the clauses that failed, errored or timed out)."""
+    with tempfile.TemporaryDirectory(prefix="run-", dir=tree) as work:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        env.pop("TRAINSPEC_PROFILE_DIR", None)
+        report = Path(work) / "report.json"
+        args = ["reference", "-n", "1", "--timeout", str(_RUN_TIMEOUT_S), "--report",
+                str(report), "--clauses", ",".join(clauses)]
+        code, out = _check(args, env=env, cwd=Path(work), timeout_s=_CHECK_TIMEOUT_S)
+        failed: list[str] = []
+        if report.exists():
+            with contextlib.suppress(ValueError, KeyError):
+                failed = [c["id"] for c in json.loads(report.read_text())["clauses"]
+                          if c["verdict"] in ("fail", "error", "timeout")]
+    return code, out, failed
 
 
 def clauses_for(mutant: Mutant, mapping: dict[str, list[str]]) -> list[str]:
@@ -312,7 +350,8 @@ def run(mutants: Sequence[Mutant], mapping: dict[str, list[str]], results: Path,
         jobs: int, say: Any = print) -> list[Outcome]:
     """Check every mutant not in ``results`` yet, ``jobs`` at once, appending each outcome as
     it comes (an interrupted run resumes where it stopped)."""
-    done = {o.id: o for o in load_results(results)}
+    # an outcome whose check broke is no verdict on the mutant: checked again
+    done = {o.id: o for o in load_results(results) if o.status != "error"}
     todo = [m for m in mutants if m.id not in done]
     say(f"{len(mutants)} mutants: {len(mutants) - len(todo)} checked before, {len(todo)} to "
         f"check, {jobs} at a time")
@@ -371,7 +410,7 @@ def sample(mutants: Sequence[Mutant], n: int, seed: int) -> list[Mutant]:
 
 
 def load_triage(path: Path = TRIAGE_PATH) -> dict[str, dict[str, str]]:
-    """mutant ID -> {"kind": "equivalent" | "gap", "why": ...}."""
+    """mutant ID -> {"kind": "equivalent" | "outside" | "gap", "why": ...}."""
     if not path.exists():
         return {}
     data = tomllib.loads(path.read_text())
@@ -385,9 +424,10 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
     counts = Counter(by_id[m.id].status for m in mutants if m.id in by_id)
     checked = sum(counts.values())
     survivors = [m for m in mutants if m.id in by_id and by_id[m.id].status == "survived"]
-    equivalent = [m for m in survivors if triage.get(m.id, {}).get("kind") == "equivalent"]
+    equivalent = [m for m in survivors if triage.get(m.id, {}).get("kind") in _UNSCORED]
+    outside = sum(1 for m in survivors if triage.get(m.id, {}).get("kind") in _UNSCORED[1:])
     killed = counts["killed"] + counts["timeout"]
-    scored = checked - len(equivalent)
+    scored = checked - len(equivalent) - counts["incompetent"]
     lines = [
         "# Mutation score of the reference",
         "",
@@ -403,13 +443,21 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
         + ("" if checked == len(mutants) else
            f" (**{len(mutants) - checked} not checked yet**: the score is of those checked)"),
         f"- Killed: {counts['killed']} (a clause failed), by the bound: {counts['timeout']}; "
-        f"survived: {counts['survived']} ({len(equivalent)} triaged equivalent, "
+        f"survived: {counts['survived']} ({len(equivalent) - outside} triaged equivalent, "
+        f"{outside} outside the spec or unreached on this machine, "
         f"{sum(1 for m in survivors if triage.get(m.id, {}).get('kind') == 'gap')} gaps, "
         f"{sum(1 for m in survivors if m.id not in triage)} not triaged); the check "
-        f"broke: {counts['error']}",
-        f"- **Score: {killed} of {scored} non-equivalent mutants killed "
-        f"({100 * killed / scored if scored else 0:.1f}%)**",
+        f"broke: {counts['error']}; not Python (an operator broke the syntax, not scored): "
+        f"{counts['incompetent']}",
+        f"- **Score: {killed} of {scored} scored mutants killed "
+        f"({100 * killed / scored if scored else 0:.1f}%)** (equivalent, outside and "
+        "unreached mutants are not scored)",
     ]
+    ran = [by_id[m.id].seconds for m in mutants if m.id in by_id and by_id[m.id].seconds > 0]
+    if ran:
+        lines.append(f"- Check time per mutant (two at a time): mean {sum(ran) / len(ran):.0f} s, "
+                     f"longest {max(ran):.0f} s; all {len(mutants)} would take about "
+                     f"{sum(ran) / len(ran) * len(mutants) / 2 / 60:.0f} min at two at a time")
     if wall_s is not None:
         lines.append(f"- Wall time of the last run: {wall_s / 60:.1f} min")
     lines += ["", "## Per file", "", "| file | mutants | checked | killed | survived |",
@@ -427,13 +475,19 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
         kind = t["kind"] if t else "not triaged"
         lines += [f"- `{m.id}` (line {m.line}, `{m.function or 'module level'}`): "
                   f"`{m.before}` → `{m.after()}`; checked on "
-                  f"{', '.join(by_id[m.id].clauses) or 'every clause'}. **{kind}**"
+                  f"{_clauses_text(by_id[m.id].clauses)}. **{kind}**"
                   + (f": {t['why']}" if t else "")]
     broke = [m for m in mutants if m.id in by_id and by_id[m.id].status == "error"]
     if broke:
         lines += ["", "## Mutants whose check broke (not counted as killed)", ""]
         lines += [f"- `{m.id}`: `{m.before}` → `{m.after()}`" for m in broke]
     return "\n".join(lines) + "\n"
+
+
+def _clauses_text(clauses: Sequence[str]) -> str:
+    if not clauses:
+        return "every clause"
+    return ", ".join(clauses) if len(clauses) <= 6 else f"{len(clauses)} clauses"
 
 
 # -------------------------------------------------------------------------------------- main
@@ -450,11 +504,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--sample", type=int, default=None, metavar="N",
                    help="a fixed, seeded sample of N mutants instead of all")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--ids", default=None, metavar="ID,ID",
+                   help="only these mutants (IDs as `list` prints them)")
     r.add_argument("--results", type=Path, default=None, metavar="FILE.jsonl",
                    help="where outcomes are appended (default: benchmarks/"
                         "mutation_results.jsonl; a sample: a temporary file)")
     r.add_argument("--require-killed", action="store_true",
-                   help="exit 1 unless every mutant checked is killed or triaged equivalent")
+                   help="exit 1 unless every mutant checked is killed or triaged equivalent "
+                        "or outside the spec")
     sub.add_parser("list", help="print every mutant, one JSON object per line")
     p = sub.add_parser("report", help="write docs/mutation.md from the results")
     p.add_argument("--results", type=Path, default=RESULTS_PATH)
@@ -482,6 +539,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "python -m benchmarks.mutation map")
     mapping = json.loads(MAP_PATH.read_text())
     chosen = mutants if args.sample is None else sample(mutants, args.sample, args.seed)
+    if args.ids:
+        wanted = set(args.ids.split(","))
+        unknown = wanted - {m.id for m in mutants}
+        if unknown:
+            raise SystemExit(f"--ids: no such mutant: {', '.join(sorted(unknown))} (the IDs "
+                             "`python -m benchmarks.mutation list` prints)")
+        chosen = [m for m in chosen if m.id in wanted]
     with contextlib.ExitStack() as stack:
         results = args.results
         if results is None and args.sample is not None:
@@ -490,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        say=lambda s: print(s, file=sys.stderr, flush=True))
     triage = load_triage()
     missed = [o for o in outcomes if o.status in ("survived", "error")
-              and triage.get(o.id, {}).get("kind") != "equivalent"]
+              and triage.get(o.id, {}).get("kind") not in _UNSCORED]
     counts = Counter(o.status for o in outcomes)
     print(f"{len(outcomes)} mutants checked: " +
           ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))

@@ -79,8 +79,22 @@ def test_the_report_scores_only_non_equivalent_mutants(mutants: list[mutation.Mu
                 mutation.Outcome(id=c.id, status="survived", clauses=[], failed=[], seconds=1.0)]
     triage = {b.id: {"kind": "equivalent", "why": "no run reaches it"}}
     text = mutation.render(mutants, outcomes, triage, wall_s=60.0)
-    assert "**Score: 1 of 2 non-equivalent mutants killed (50.0%)**" in text
+    assert "**Score: 1 of 2 scored mutants killed (50.0%)**" in text
     assert f"`{b.id}`" in text
     assert "**equivalent**: no run reaches it" in text
     assert "**not triaged**" in text
     assert f"{len(mutants) - 3} not checked yet" in text
+
+
+@pytest.mark.slow
+def test_a_patience_mutant_is_killed_in_a_tree_of_its_own_and_the_reference_stays() -> None:
+    # patience_left <= 0 -> < 0: the run stops one validation late; PAT-1's check fails it
+    mutant = next(m for m in mutation.generate(("reference/trainer.py",))
+                  if m.id == "reference/trainer.py:ReplaceComparisonOperator_LtE_Lt:0")
+    assert mutant.after() == "return self.patience_left < 0"
+    before = (mutation.ROOT / mutant.file).read_bytes()
+    with mutation._tree() as tree:
+        outcome = mutation.check_mutant(mutant, ["PAT-1"], tree)
+        assert (tree / "trainspec" / mutant.file).read_bytes() == before  # restored
+    assert (outcome.status, outcome.failed) == ("killed", ["PAT-1"]), outcome.detail
+    assert (mutation.ROOT / mutant.file).read_bytes() == before
