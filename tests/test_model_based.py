@@ -65,10 +65,7 @@ def test_a_budget_spent_before_any_run_ends_the_draw_as_out_of_time_not_as_a_cra
     # run judged and the budget spent, so each clause rests on its hand-written checks; it
     # used to end the property run's process, and every generated clause failed as "exited"
     got = run_generated("exclude=;budget_s=0", _Caps(), max_examples=5)
-    spent = got.pop("cpu_s")
     assert got == {"passed": True, "examples": 0, "judged": {}, "clean": 0, "out_of_time": True}
-    assert isinstance(spent, float)
-    assert spent >= 0
 
 
 def test_a_property_run_that_ends_without_a_result_names_its_status_and_its_error() -> None:

@@ -16,6 +16,7 @@ import json
 import math
 import shutil
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from trainspec.conformance.checks.model_compare import (
 from trainspec.conformance.run.adapter import CAPABILITIES
 from trainspec.conformance.run.describe import describe_files
 from trainspec.conformance.run.files import FileRecord
-from trainspec.conformance.run.memory import MemoryContext, call_in_fork, cpu_s, run_in_fork
+from trainspec.conformance.run.memory import MemoryContext, call_in_fork, run_in_fork
 from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
 from trainspec.conformance.run.scenario import CrashWhere, Scenario, ScoreScript, Task
 from trainspec.conformance.run.trace import RankTrace, parse_rank
@@ -54,7 +55,7 @@ __all__ = ["examples", "judge_example", "run_generated"]
 _POINTS: tuple[Interruption, ...] = ("train_start", "train_end", "val_start", "val_after_save")
 _MORE_FILES = 3  # a resume is judged from the drawn file and up to this many others
 _SET_ASIDE = 2  # runs showing a slip already charged, per example asked, before giving up
-_SHRINK_S = 20.0  # CPU seconds: past this, shrinking keeps the smallest failure found so far
+_SHRINK_S = 20.0  # past this, shrinking keeps the smallest failure found so far
 # the draw's seed, fixed, so that the examples do not change when the code drawing them does
 # (the seed the derandomized draw took from this module's code when the family's mutants,
 # tests/mutants/model.py, were measured against its first 30 chains)
@@ -315,7 +316,7 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
         return _result(found[0], example, 1) if found else {"passed": True, "examples": 1}
     asked = dict(part.partition("=")[::2] for part in name.split(";"))
     exclude = set(filter(None, asked.get("exclude", "").split(",")))
-    began = cpu_s()
+    began = time.monotonic()
     deadline = began + float(asked.get("budget_s") or "inf")
     failure: dict[str, Any] = {}
     failing: set[str] = set()
@@ -324,14 +325,14 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
 
     def once(example: dict[str, Any]) -> None:
         nonlocal count
-        if not failing and cpu_s() > deadline:
+        if not failing and time.monotonic() > deadline:
             out_of_time[0] = True  # the budget is spent: draw on, run nothing more
             assume(False)
         assume(feasible(example))
         # past this many runs set aside, the rest would be too: draw on, run nothing more
         assume(set_aside[0] < _SET_ASIDE * max_examples or bool(failing))
         key = json.dumps(example, sort_keys=True)
-        if failing and key not in failing and cpu_s() - since[0] > _SHRINK_S:
+        if failing and key not in failing and time.monotonic() - since[0] > _SHRINK_S:
             return  # out of shrinking time: keep the smallest failure found
         count += 1
         found = _judged(adapter, example)
@@ -344,7 +345,7 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
                 judged[clause] = judged.get(clause, 0) + 1
             return
         if not failing:
-            since[0] = cpu_s()
+            since[0] = time.monotonic()
         failing.add(key)
         failure.clear()
         failure.update(_result(found[0], example, count))
@@ -354,13 +355,12 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
         failed = _draw(once, adapter, max_examples)
     except _Broke as broke:
         return {"broke": broke.status, "error": broke.error, "detail": broke.detail,
-                "examples": count, "cpu_s": round(cpu_s() - began, 3)}
+                "examples": count}
     if failed and not failure:
         raise AssertionError("a generated run failed, and its failure was not kept")
     # clean: the runs that matched the model (none: every run made showed a slip set aside)
     return {**(failure if failed else {"passed": True, "out_of_time": out_of_time[0]}),
-            "examples": count, "judged": judged, "clean": clean[0],
-            "cpu_s": round(cpu_s() - began, 3)}
+            "examples": count, "judged": judged, "clean": clean[0]}
 
 
 def _draw(once: Any, adapter: Any, max_examples: int) -> bool:

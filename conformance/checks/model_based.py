@@ -101,11 +101,9 @@ JUDGED_ON: dict[str, tuple[str, ...]] = {
 
 
 def budget_for(max_examples: int) -> float:
-    """CPU seconds of generated runs per target (the engine's and its runs', all engine runs
-    together): 20 in the ``fast`` profile, 90 in ``ci``. CPU, not wall, seconds: a loaded
-    machine (a CI runner, a busy laptop) draws the same chains, so gets the same verdicts, as
-    a quiet one. The reference runs its 30 (fast) or 125 (ci) chains well within it; a
-    trainer whose runs take seconds gets fewer chains, and its evidence says so."""
+    """Seconds of generated runs per target, all engine runs together: 20 in the ``fast``
+    profile, 90 in ``ci``. The reference runs its 30 (fast) or 125 (ci) chains well within
+    it; a trainer whose runs take seconds gets fewer chains, and its evidence says so."""
     return 20.0 if max_examples <= 60 else 90.0
 
 
@@ -130,7 +128,7 @@ class _Engine:
     broke: PropertyOutcome | None = None  # the engine could not judge: every clause says so
     spent_s: float = 0.0
     out_of_time: bool = False
-    clean: int = 0  # the latest engine run's runs that matched the model throughout
+    clean: int = 0  # runs (of every engine run) that matched the model throughout
 
 
 def _engine(ctx: CheckContext) -> _Engine:
@@ -161,13 +159,10 @@ def _judge(ctx: CheckContext, clause: str) -> str:
         outcome = ctx.runs.property(f"exclude={','.join(sorted(state.found))};"
                                     f"budget_s={left_s:.1f}",
                                     runner=GENERATED_RUNNER, max_examples=budget)
-        # the budget counts CPU seconds (a loaded machine draws the same chains); a runner
-        # that did not say (a property run that broke) counts the wall clock
-        state.spent_s += outcome.cpu_s if outcome.cpu_s is not None \
-            else time.monotonic() - started
+        state.spent_s += time.monotonic() - started
         state.out_of_time = state.out_of_time or outcome.out_of_time
         state.examples += outcome.examples
-        state.clean = outcome.clean or 0
+        state.clean += outcome.clean or 0
         for judged, n in outcome.judged.items():
             state.judged[judged] = state.judged.get(judged, 0) + n
         if outcome.verdict == "passed":
@@ -185,15 +180,15 @@ def _judge(ctx: CheckContext, clause: str) -> str:
     others = f"; set aside the slips charged to {', '.join(sorted(state.found))}" \
         if state.found else ""
     n_judged = state.judged.get(clause, 0)
-    timed = f" (the budget of {total_s:.0f} CPU seconds of generated runs ended the draw)" \
+    timed = f" (the {total_s:.0f} s budget of generated runs ended the draw)" \
         if state.out_of_time else ""
     # out of budget before a run of its kind came: the clause rests on its hand-written
-    # checks; but when every run the engine made last showed a slip set aside, those slips
-    # are what kept it from being judged
+    # checks; but when no run at all matched the model (each showed a slip), those slips are
+    # what kept it from being judged
     if not n_judged and state.out_of_time and (state.clean or not state.found):
         raise NotApplicable(f"{clause}: not judged by generated runs: none of the "
-                            f"{state.examples} run within the budget of {total_s:.0f} CPU "
-                            f"seconds gave it anything to judge{others}")
+                            f"{state.examples} run within the {total_s:.0f} s budget gave "
+                            f"it anything to judge{others}")
     if not n_judged:  # every run that would have judged it showed a slip set aside
         raise CheckFailed(f"{clause}: none of the {state.examples} generated runs gave it "
                           f"anything to judge{others}: each run the clause speaks of showed "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import select
 import signal
 import time
@@ -190,12 +189,3 @@ def _read_within(fd: int, pid: int, bound_s: float | None) -> tuple[bytes, bool]
         os.close(fd)
         os.waitpid(pid, 0)
 
-
-def cpu_s() -> float:
-    """CPU seconds this process and the runs it forked and waited for have spent: what the
-    generated runs' budgets count, so that a loaded machine (a slower wall clock) draws and
-    shrinks the same chains as a quiet one. A run that sleeps spends none: RUN_BOUND_S
-    bounds it."""
-    own, runs = resource.getrusage(resource.RUSAGE_SELF), \
-        resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + runs.ru_utime + runs.ru_stime

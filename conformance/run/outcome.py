@@ -37,7 +37,6 @@ class PropertyOutcome:
     # generated runs: clause -> examples judged (not set aside) that gave it something to judge
     judged: Mapping[str, int] = field(default_factory=dict)
     out_of_time: bool = False  # generated runs: the time budget ended the draw
-    cpu_s: float | None = None  # generated runs: CPU seconds spent (the engine's, its runs')
     clean: int | None = None  # generated runs: the runs that matched the model throughout
 
     @classmethod
@@ -45,20 +44,18 @@ class PropertyOutcome:
         """The property runner's JSON result (``checks.properties.run_property``)."""
         examples = _int(result, "examples") or 0
         clean = _int(result, "clean")
-        spent = result.get("cpu_s")
-        cpu = float(spent) if isinstance(spent, int | float) and spent >= 0 else None
         raw = result.get("judged")
         judged = {str(k): int(v) for k, v in raw.items() if isinstance(v, int)} \
             if isinstance(raw, dict) else {}
         broke = result.get("broke")
         if isinstance(broke, str):  # the runner could not judge: a run hung, the adapter broke
-            return cls(verdict="broke", examples=examples, status=broke, cpu_s=cpu,
+            return cls(verdict="broke", examples=examples, status=broke,
                        error=_str(result, "error"), detail=_str(result, "detail"))
         if result.get("passed") is True:
-            return cls(verdict="passed", examples=examples, judged=judged, cpu_s=cpu,
+            return cls(verdict="passed", examples=examples, judged=judged,
                        clean=clean, out_of_time=result.get("out_of_time") is True)
         scenario = result.get("scenario")
         return cls(verdict="failed", examples=examples, evidence=_str(result, "evidence"),
                    cause=_str(result, "cause"), scenario={str(k): v for k, v in scenario.items()}
-                   if isinstance(scenario, dict) else None, judged=judged, cpu_s=cpu,
+                   if isinstance(scenario, dict) else None, judged=judged,
                    clean=clean)
