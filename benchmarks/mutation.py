@@ -358,12 +358,7 @@ def run(mutants: Sequence[Mutant], mapping: dict[str, list[str]], results: Path,
     lock = threading.Lock()
     counts: Counter[str] = Counter(done[m.id].status for m in mutants if m.id in done)
     began = time.monotonic()
-    trees: list[contextlib.ExitStack] = []
-    free: list[Path] = []
-    for _ in range(jobs):
-        stack = contextlib.ExitStack()
-        free.append(stack.enter_context(_tree()))
-        trees.append(stack)
+    checked = [0]  # outcomes of this run
 
     def one(mutant: Mutant) -> Outcome:
         with lock:
@@ -377,19 +372,17 @@ def run(mutants: Sequence[Mutant], mapping: dict[str, list[str]], results: Path,
             with results.open("a") as f:
                 f.write(json.dumps(asdict(outcome)) + "\n")
             counts[outcome.status] += 1
-            n = sum(counts.values()) - (len(mutants) - len(todo))
+            checked[0] += 1
+            n = checked[0]
             left = (time.monotonic() - began) / n * (len(todo) - n)
             say(f"[{n}/{len(todo)}] {outcome.status:<8} {mutant.id} ({outcome.seconds:.0f} s; "
                 f"{', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}; about "
                 f"{left / 60:.0f} min left)")
         return outcome
 
-    try:
-        with ThreadPoolExecutor(jobs) as pool:
-            list(pool.map(one, todo))
-    finally:
-        for stack in trees:
-            stack.close()
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(jobs) as pool:
+        free = [stack.enter_context(_tree()) for _ in range(jobs)]
+        list(pool.map(one, todo))
     done = {o.id: o for o in load_results(results)}
     return [done[m.id] for m in mutants if m.id in done]
 
