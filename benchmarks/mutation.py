@@ -15,19 +15,24 @@ short leaves the project's files untouched.
 A mutant is checked by ``trainspec check reference`` on the clauses whose scenarios execute the
 mutated function (the map: each clause's check run once under the suite's profiler,
 ``TRAINSPEC_PROFILE_DIR``, and every reference function its runs called noted; a mutant outside
-any function, or in a function no clause's runs call, is checked on every clause). Killed: the
-check failed (exit 1, some clause fail or error). Survived: every clause passed. Each survivor
+any function, or in a function no clause's runs call, is checked on every clause). Killed: a
+check failed, errored or timed out (the check's process is ended at the first such check's
+progress line: the rest need not run, so a killed mutant costs a few seconds). Survived: every
+clause passed. Each survivor
 is triaged in ``benchmarks/mutation_triage.toml``: *equivalent* (why no observable can change),
 *outside* (what changes is something no clause speaks of: a log, a message, a folder the runs
-never need), *unreached* (the line runs only on hardware the machine lacks: CUDA), or *gap* (a
-slip the suite misses: a check to write). Only gaps count against the score.
+never need), *unreached* (the line runs only on hardware the machine lacks: CUDA),
+*unobservable* (what breaks is only a sentence the spec's sentence map declares unobservable,
+named in the triage and checked there: the fsync of a write, which only a power loss shows), or
+*gap* (a slip the suite misses: a check to write). Only gaps count against the score.
 
 Mutations no run can observe are not generated: a type annotation (never evaluated: every
 module has ``from __future__ import annotations``) and an ``if TYPE_CHECKING:`` block.
 
     python -m benchmarks.mutation map                  # the clause map (minutes), once
     python -m benchmarks.mutation run                  # every mutant, resumable, -j 2
-    python -m benchmarks.mutation run --sample 30 --seed 0 --require-killed   # the CI sample
+    python -m benchmarks.mutation run --sample 30 --seed 0 --killed-before --require-killed
+                                                       # the CI sample
     python -m benchmarks.mutation report               # docs/mutation.md from the results
 """
 
@@ -40,6 +45,7 @@ import json
 import os
 import pstats
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -75,15 +81,14 @@ OPERATORS = (*(f"core/{n}" for n in _SAME), *(f"core/ReplaceBinaryOperator_{n}" 
              *(f"core/ReplaceComparisonOperator_{n}" for n in _COMPARE))
 # triage kinds left out of the score (unreached: the line runs only on hardware this machine
 # lacks, CUDA; a GPU session judges it)
-_UNSCORED = ("equivalent", "outside", "unreached")
+_UNSCORED = ("equivalent", "outside", "unreached", "unobservable")
+_KINDS = (*_UNSCORED, "gap")
 MAP_PATH = ROOT / "benchmarks" / "mutation_map.json"
 TRIAGE_PATH = ROOT / "benchmarks" / "mutation_triage.toml"
 RESULTS_PATH = ROOT / "benchmarks" / "mutation_results.jsonl"
 DOC_PATH = ROOT / "docs" / "mutation.md"
 _CHECK_TIMEOUT_S = 600.0  # one mutant's whole check
 _RUN_TIMEOUT_S = 30  # each run of it (the reference's take well under a second)
-# the families a mutant is checked on, round by round (a round that fails ends its check)
-_ROUNDS = (("LOOP", "BEST", "NAN", "PAT"), ("RES", "FT", "DBG"), ("CKPT", "DIST"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,24 +203,45 @@ def mutated_source(mutant: Mutant) -> str:
 # ----------------------------------------------------------------------------- the clause map
 
 
-def _check(args: Sequence[str], *, env: dict[str, str], cwd: Path, timeout_s: float
-           ) -> tuple[int | None, str]:
-    """``python -m trainspec check ARGS`` in its own process group; (exit status or None when
-    it outlived ``timeout_s``, the output's tail)."""
+_PROGRESS = re.compile(r"^\[\s*\d+/\d+\] (failed|error|timeout)\s+(\S+) ")
+
+
+def _check(args: Sequence[str], *, env: dict[str, str], cwd: Path, timeout_s: float,
+           stop_at_failure: bool = False) -> tuple[int | None, str, list[str]]:
+    """``python -m trainspec check ARGS`` in its own process group: (exit status, or None when
+    it outlived ``timeout_s``; the output's tail; the checks its progress lines show failing).
+    ``stop_at_failure``: the check is ended at the first failing check's progress line (the
+    status is then 1): a mutant is killed once one check fails, the rest need not run."""
     proc = subprocess.Popen([sys.executable, "-m", "trainspec", "check", *args], cwd=cwd,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    failing: list[str] = []
+    timer = threading.Timer(timeout_s, lambda: _kill_group(proc.pid))
+    timer.start()
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return None, out[-4000:]
+        for line in proc.stdout:
+            lines.append(line)
+            found = _PROGRESS.match(line)
+            if found:
+                failing.append(found.group(2))
+                if stop_at_failure:
+                    break
     finally:
-        with contextlib.suppress(ProcessLookupError):  # strays of the check's group
-            os.killpg(proc.pid, signal.SIGKILL)
-    return proc.returncode, out[-4000:]
+        timer.cancel()
+        _kill_group(proc.pid)  # strays of the check's group, or the rest of its checks
+        proc.stdout.close()
+        code = proc.wait()
+    out = "".join(lines)[-4000:]
+    if failing and stop_at_failure:
+        return 1, out, failing
+    return (None if code == -signal.SIGKILL else code), out, failing
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def clause_map(jobs: int = 2, say: Any = print) -> dict[str, list[str]]:
@@ -229,8 +255,8 @@ def clause_map(jobs: int = 2, say: Any = print) -> dict[str, list[str]]:
     def one(clause: str) -> None:
         with tempfile.TemporaryDirectory(prefix="trainspec-map-") as tmp:
             env = {**os.environ, "TRAINSPEC_PROFILE_DIR": str(Path(tmp) / "prof")}
-            code, out = _check(["reference", "--clauses", clause, "-n", "1"], env=env,
-                               cwd=Path(tmp), timeout_s=_CHECK_TIMEOUT_S)
+            code, out, _ = _check(["reference", "--clauses", clause, "-n", "1"], env=env,
+                                  cwd=Path(tmp), timeout_s=_CHECK_TIMEOUT_S)
             if code != 0:
                 raise SystemExit(f"the reference does not pass {clause} (exit {code}):\n{out}")
             for prof in Path(tmp, "prof").glob("*.prof"):
@@ -275,19 +301,10 @@ def _tree() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _rounds(clauses: Sequence[str]) -> list[list[str]]:
-    """``clauses`` (none: every clause) in the rounds a mutant is checked in, one check each,
-    stopping at the first round that fails: the quick families first, so that most killed
-    mutants cost one round."""
-    from trainspec.conformance.spec.clauses import select
-
-    chosen = list(clauses) or list(select(None))
-    rounds = [[c for c in chosen if c.split("-")[0] in families] for families in _ROUNDS]
-    return [r for r in rounds if r]
-
-
-def check_mutant(mutant: Mutant, clauses: Sequence[str], tree: Path) -> Outcome:
-    """Write the mutant into ``tree`` and check it on ``clauses``; the file is restored."""
+def check_mutant(mutant: Mutant, clauses: Sequence[str], tree: Path,
+                 first: Sequence[str] = ()) -> Outcome:
+    """Write the mutant into ``tree`` and check it on ``clauses``; the file is restored.
+    ``first``: clauses checked on their own before the rest (those that killed it before)."""
     target = tree / "trainspec" / mutant.file
     original, code_text = target.read_text(), mutated_source(mutant)
     try:
@@ -298,13 +315,11 @@ def check_mutant(mutant: Mutant, clauses: Sequence[str], tree: Path) -> Outcome:
     target.write_text(code_text)
     shutil.rmtree(target.parent / "__pycache__", ignore_errors=True)
     began = time.monotonic()
-    code: int | None = 0
-    out, failed = "", list[str]()
     try:
-        for chosen in _rounds(clauses):
-            code, out, failed = _check_round(tree, chosen)
-            if code != 0:
-                break
+        code, out, failed = _check_tree(tree, first) if first else (0, "", [])
+        rest = [c for c in clauses or _every_clause() if c not in first]
+        if code == 0 and rest:
+            code, out, failed = _check_tree(tree, rest)
     finally:
         target.write_text(original)
     seconds = round(time.monotonic() - began, 1)
@@ -323,22 +338,28 @@ def check_mutant(mutant: Mutant, clauses: Sequence[str], tree: Path) -> Outcome:
                    last.replace(str(tree), "<tree>")[-500:])
 
 
-def _check_round(tree: Path, clauses: Sequence[str]) -> tuple[int | None, str, list[str]]:
-    """One ``trainspec check`` of the tree's reference on ``clauses``: (exit status, output,
-    the clauses that failed, errored or timed out)."""
+def _every_clause() -> list[str]:
+    from trainspec.conformance.spec.clauses import select
+
+    return list(select(None))
+
+
+def _check_tree(tree: Path, clauses: Sequence[str]) -> tuple[int | None, str, list[str]]:
+    """One ``trainspec check`` of the tree's reference on ``clauses`` (none: every clause),
+    ended at its first failing check: (exit status, output, the clauses of the checks that
+    failed, errored or timed out)."""
+    from trainspec.conformance.checks import CHECKS
+
     with tempfile.TemporaryDirectory(prefix="run-", dir=tree) as work:
         env = {**os.environ, "PYTHONPATH": str(tree)}
         env.pop("TRAINSPEC_PROFILE_DIR", None)
-        report = Path(work) / "report.json"
-        args = ["reference", "-n", "1", "--timeout", str(_RUN_TIMEOUT_S), "--report",
-                str(report), "--clauses", ",".join(clauses)]
-        code, out = _check(args, env=env, cwd=Path(work), timeout_s=_CHECK_TIMEOUT_S)
-        failed: list[str] = []
-        if report.exists():
-            with contextlib.suppress(ValueError, KeyError):
-                failed = [c["id"] for c in json.loads(report.read_text())["clauses"]
-                          if c["verdict"] in ("fail", "error", "timeout")]
-    return code, out, failed
+        args = ["reference", "-n", "1", "--timeout", str(_RUN_TIMEOUT_S)]
+        if clauses:
+            args += ["--clauses", ",".join(clauses)]
+        code, out, failing = _check(args, env=env, cwd=Path(work), timeout_s=_CHECK_TIMEOUT_S,
+                                    stop_at_failure=True)
+    failed = [c for name in failing if name in CHECKS for c in CHECKS[name].clauses]
+    return code, out, list(dict.fromkeys(failed))
 
 
 def clauses_for(mutant: Mutant, mapping: dict[str, list[str]]) -> list[str]:
@@ -347,9 +368,11 @@ def clauses_for(mutant: Mutant, mapping: dict[str, list[str]]) -> list[str]:
 
 
 def run(mutants: Sequence[Mutant], mapping: dict[str, list[str]], results: Path, *,
-        jobs: int, say: Any = print) -> list[Outcome]:
+        jobs: int, say: Any = print, first: dict[str, list[str]] | None = None
+        ) -> list[Outcome]:
     """Check every mutant not in ``results`` yet, ``jobs`` at once, appending each outcome as
-    it comes (an interrupted run resumes where it stopped)."""
+    it comes (an interrupted run resumes where it stopped). ``first``: mutant ID -> clauses
+    to check it on before the rest."""
     # an outcome whose check broke is no verdict on the mutant: checked again
     done = {o.id: o for o in load_results(results) if o.status != "error"}
     todo = [m for m in mutants if m.id not in done]
@@ -364,7 +387,8 @@ def run(mutants: Sequence[Mutant], mapping: dict[str, list[str]], results: Path,
         with lock:
             tree = free.pop()
         try:
-            outcome = check_mutant(mutant, clauses_for(mutant, mapping), tree)
+            outcome = check_mutant(mutant, clauses_for(mutant, mapping), tree,
+                                   (first or {}).get(mutant.id, ()))
         finally:
             with lock:
                 free.append(tree)
@@ -403,12 +427,27 @@ def sample(mutants: Sequence[Mutant], n: int, seed: int) -> list[Mutant]:
 
 
 def load_triage(path: Path = TRIAGE_PATH) -> dict[str, dict[str, str]]:
-    """mutant ID -> {"kind": "equivalent" | "outside" | "gap", "why": ...}."""
+    """mutant ID -> {"kind": one of equivalent, outside, unreached, unobservable, gap, "why":
+    ...}; an unobservable mutant names, in ``sentence``, the sentence it breaks, which the
+    spec's sentence map must declare unobservable."""
     if not path.exists():
         return {}
-    data = tomllib.loads(path.read_text())
-    triage = data.get("mutant", {})
-    return {str(k): {"kind": str(v["kind"]), "why": str(v["why"])} for k, v in triage.items()}
+    from trainspec.conformance.spec.sentences import SENTENCES
+
+    unobservable = {s.id for s in SENTENCES if not s.observable}
+    triage: dict[str, dict[str, str]] = {}
+    for key, v in tomllib.loads(path.read_text()).get("mutant", {}).items():
+        kind, sentence = str(v.get("kind", "")), str(v.get("sentence", ""))
+        if kind not in _KINDS:
+            raise SystemExit(f"{path.name}: mutant {key}: kind {kind!r} is not one of "
+                             f"{', '.join(_KINDS)}")
+        if kind == "unobservable" and sentence not in unobservable:
+            raise SystemExit(f"{path.name}: mutant {key} is triaged unobservable, so its "
+                             f"`sentence` must name a sentence the sentence map declares "
+                             f"unobservable ({', '.join(sorted(unobservable))}); found "
+                             f"{sentence or 'none'}")
+        triage[str(key)] = {"kind": kind, "why": str(v["why"]), "sentence": sentence}
+    return triage
 
 
 def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
@@ -437,14 +476,14 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
            f" (**{len(mutants) - checked} not checked yet**: the score is of those checked)"),
         f"- Killed: {counts['killed']} (a clause failed), by the bound: {counts['timeout']}; "
         f"survived: {counts['survived']} ({len(equivalent) - outside} triaged equivalent, "
-        f"{outside} outside the spec or unreached on this machine, "
+        f"{outside} outside the spec, unreached on this machine or unobservable, "
         f"{sum(1 for m in survivors if triage.get(m.id, {}).get('kind') == 'gap')} gaps, "
         f"{sum(1 for m in survivors if m.id not in triage)} not triaged); the check "
         f"broke: {counts['error']}; not Python (an operator broke the syntax, not scored): "
         f"{counts['incompetent']}",
         f"- **Score: {killed} of {scored} scored mutants killed "
-        f"({100 * killed / scored if scored else 0:.1f}%)** (equivalent, outside and "
-        "unreached mutants are not scored)",
+        f"({100 * killed / scored if scored else 0:.1f}%)** (equivalent, outside, "
+        "unreached and unobservable mutants are not scored)",
     ]
     ran = [by_id[m.id].seconds for m in mutants if m.id in by_id and by_id[m.id].seconds > 0]
     if ran:
@@ -453,6 +492,10 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
                      f"{sum(ran) / len(ran) * len(mutants) / 2 / 60:.0f} min at two at a time")
     if wall_s is not None:
         lines.append(f"- Wall time of the last run: {wall_s / 60:.1f} min")
+    lines.append("- In CI (`.ci/run`): a fixed sample of 30 of the killed mutants, `python -m "
+                 "benchmarks.mutation run --sample 30 --seed 0 --killed-before "
+                 "--require-killed`, each checked first on the clauses that killed it; CI "
+                 "fails unless every one is killed again")
     lines += ["", "## Per file", "", "| file | mutants | checked | killed | survived |",
               "|---|---:|---:|---:|---:|"]
     for file in FILES:
@@ -469,6 +512,7 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
         lines += [f"- `{m.id}` (line {m.line}, `{m.function or 'module level'}`): "
                   f"`{m.before}` → `{m.after()}`; checked on "
                   f"{_clauses_text(by_id[m.id].clauses)}. **{kind}**"
+                  + (f" (sentence {t['sentence']})" if t and t.get("sentence") else "")
                   + (f": {t['why']}" if t else "")]
     broke = [m for m in mutants if m.id in by_id and by_id[m.id].status == "error"]
     if broke:
@@ -497,6 +541,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--sample", type=int, default=None, metavar="N",
                    help="a fixed, seeded sample of N mutants instead of all")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--killed-before", action="store_true",
+                   help="draw the sample from the mutants benchmarks/mutation_results.jsonl "
+                        "records as killed (the CI sample: those stay killed)")
     r.add_argument("--ids", default=None, metavar="ID,ID",
                    help="only these mutants (IDs as `list` prints them)")
     r.add_argument("--results", type=Path, default=None, metavar="FILE.jsonl",
@@ -531,7 +578,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"{MAP_PATH.relative_to(ROOT)} is missing: make it with "
                          "python -m benchmarks.mutation map")
     mapping = json.loads(MAP_PATH.read_text())
-    chosen = mutants if args.sample is None else sample(mutants, args.sample, args.seed)
+    pool, first = mutants, {}
+    if args.killed_before:  # each checked first on the clauses that killed it
+        first = {o.id: o.failed for o in load_results(RESULTS_PATH)
+                 if o.status in ("killed", "timeout")}
+        pool = [m for m in mutants if m.id in first]
+    chosen = pool if args.sample is None else sample(pool, args.sample, args.seed)
     if args.ids:
         wanted = set(args.ids.split(","))
         unknown = wanted - {m.id for m in mutants}
@@ -544,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if results is None and args.sample is not None:
             results = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "r.jsonl"
         outcomes = run(chosen, mapping, results or RESULTS_PATH, jobs=args.jobs,
-                       say=lambda s: print(s, file=sys.stderr, flush=True))
+                       say=lambda s: print(s, file=sys.stderr, flush=True), first=first)
     triage = load_triage()
     missed = [o for o in outcomes if o.status in ("survived", "error")
               and triage.get(o.id, {}).get("kind") not in _UNSCORED]

@@ -110,3 +110,17 @@ def test_the_reference_passes_every_checked_clause(harness: Harness) -> None:
     bad = [(c.id, c.verdict, c.evidence) for c in report.clauses
            if c.id in checked and c.verdict != "pass"]
     assert not bad
+
+
+def test_a_trainer_that_always_makes_its_own_group_is_not_judged_inside_one(
+        harness: Harness) -> None:
+    # correct, but calls init_process_group unconditionally: a group made before it cannot be
+    # expressed for this trainer, so that case is not judged, and the check still passes
+    result = run_one(harness, "tests.mutants.dist:AlwaysMakesItsOwnGroup",
+                     "check_ranks_agree_on_best_on_rank_local_scores")
+    assert result.outcome == "passed", result.evidence
+    cases = {c.name: c for c in result.cases}
+    assert cases["the trainer made the process group"].outcome == "passed"
+    inside = cases["inside a process group made before the trainer"]
+    assert inside.outcome == "not judged"
+    assert "initialize the default process group twice" in inside.evidence

@@ -86,6 +86,41 @@ def test_the_report_scores_only_non_equivalent_mutants(mutants: list[mutation.Mu
     assert f"{len(mutants) - 3} not checked yet" in text
 
 
+def test_an_unobservable_mutant_must_name_a_sentence_the_spec_declares_unobservable(
+        tmp_path: Path) -> None:
+    path = tmp_path / "triage.toml"
+    entry = '[mutant."f.py:AddNot:0"]\nkind = "unobservable"\nwhy = "only a power loss"\n'
+    path.write_text(entry + 'sentence = "CKPT-2.3"\n')
+    assert mutation.load_triage(path)["f.py:AddNot:0"]["sentence"] == "CKPT-2.3"
+    path.write_text(entry + 'sentence = "CKPT-2.1"\n')  # observable: judged by a kill
+    with pytest.raises(SystemExit, match="must name a sentence the sentence map declares"):
+        mutation.load_triage(path)
+    path.write_text(entry)
+    with pytest.raises(SystemExit, match="found none"):
+        mutation.load_triage(path)
+    path.write_text('[mutant."f.py:AddNot:0"]\nkind = "harmless"\nwhy = "?"\n')
+    with pytest.raises(SystemExit, match="'harmless' is not one of"):
+        mutation.load_triage(path)
+
+
+def test_the_first_failing_check_is_read_from_the_progress_line_the_command_prints() -> None:
+    # the tool ends a mutant's check at the first failing check: it reads `check`'s own
+    # progress lines, so the two formats are tested together
+    import io
+
+    from trainspec.conformance.cli import _Progress
+    from trainspec.conformance.spec.results import CheckResult
+
+    stream = io.StringIO()
+    progress = _Progress(12, stream)
+    for outcome in ("passed", "n/a", "failed", "error", "timeout"):
+        progress(CheckResult(name=f"check_{outcome.replace('/', '')}", clauses=("PAT-1",),
+                             outcome=outcome, evidence="", duration_s=1.5))
+    found = [m.group(2) for line in stream.getvalue().splitlines()
+             if (m := mutation._PROGRESS.match(line))]
+    assert found == ["check_failed", "check_error", "check_timeout"]
+
+
 @pytest.mark.slow
 def test_a_patience_mutant_is_killed_in_a_tree_of_its_own_and_the_reference_stays() -> None:
     # patience_left <= 0 -> < 0: the run stops one validation late; PAT-1's check fails it

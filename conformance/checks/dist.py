@@ -6,8 +6,10 @@ count, one reports NaN. The pooled score is what every rank must see and decide 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
+from typing import Literal
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
@@ -296,54 +298,90 @@ def check_debug_steps_under_several_ranks(ctx: CheckContext) -> str:
     return f"debug on {ctx.world_size} ranks: an optimizer step on every rank"
 
 
-def _local_scenario(n: int) -> Scenario:
+def _local_scenario(n: int, group: Literal["trainer", "launch"] = "trainer") -> Scenario:
     """Scores that differ by rank, handed to the trainer unpooled: rank 0 keeps improving,
-    the other ranks never do after epoch 0."""
+    the other ranks never do after epoch 0. ``group``: who makes the process group (the
+    trainer, or the launch before the trainer is built)."""
     rows = tuple(tuple(((0.1 * (e + 1) if r == 0 else 0.5 - 0.1 * e), 1.0) for r in range(n))
                  for e in range(4))
-    return dist_scenario("dist-local", n, rows, task=Task(metric="local"),
-                         cfg={"val.patience": 1, "ddp.timeout_s": 8.0})
+    s = dist_scenario("dist-local", n, rows, task=Task(metric="local"),
+                      cfg={"val.patience": 1, "ddp.timeout_s": 8.0})
+    if group == "trainer":
+        return s
+    return s.replace(name=f"dist-local-{group}-group",
+                     task=dataclasses.replace(s.task, group=group))
 
 
-def _local_trace(ctx: CheckContext) -> Trace:
-    # not _ended: a rank left hanging after the ranks disagreed is this clause's failure (its
-    # evidence is the verdicts recorded before the hang), judged in _disagreement
-    return ctx.run(_local_scenario(ctx.world_size))
+# the process group's two makers: the trainer itself, and the launch (a script that calls
+# init_process_group before building the trainer, which must then use that group)
+_GROUPS: tuple[tuple[Literal["trainer", "launch"], str], ...] = (
+    ("trainer", "the trainer made the process group"),
+           ("launch", "inside a process group made before the trainer"))
 
 
-def _disagreement(clause: str, trace: Trace, what: str,
-                  pick: Callable[[Validation], tuple[int, bool]]) -> None:
+def _local_cases(ctx: CheckContext, clause: str, what: str,
+                 pick: Callable[[Validation], tuple[int, bool]],
+                 more: Callable[[Trace, str], None] | None = None) -> None:
+    """Judge the rank-local scores' run in each case of :data:`_GROUPS`."""
+    for group, case in _GROUPS:
+        with ctx.case(case):
+            s = _local_scenario(ctx.world_size, group)
+            # not ctx.completed: a rank left hanging after the ranks disagreed is this
+            # clause's failure (its evidence is the verdicts recorded before the hang)
+            trace = ctx.run(s)
+            where = "" if group == "trainer" else f"{case}, "
+            if group != "trainer":
+                _refused(trace, case)
+            _disagreement(clause, trace, s, what, pick, where)
+            if more is not None:
+                more(trace, where)
+
+
+def _refused(trace: Trace, case: str) -> None:
+    """Not judged: a trainer that will not be built inside a group that already exists
+    (every rank raised before its first validation) has no way to run that case."""
+    if all(r.status in ("raised", "exited") and not r.validations for r in trace.ranks):
+        raise NotApplicable(f"{case}: the trainer does not run inside a process group made "
+                            f"before it (rank 0: {trace.rank0.error[:300]})")
+
+
+def _disagreement(clause: str, trace: Trace, s: Scenario, what: str,
+                  pick: Callable[[Validation], tuple[int, bool]], where: str = "") -> None:
     seen = {r.rank: [pick(v) for v in r.validations] for r in trace.ranks}
     split = len({tuple(v) for v in seen.values()}) > 1
     if not split and any(r.status in ("timeout", "lost") for r in trace.ranks):
-        raise RunBroke(trace, _local_scenario(len(trace.ranks)))  # hung with no split seen
+        raise RunBroke(trace, s)  # hung with no split seen
     if split or not trace.completed:
         ending, detail = _aftermath(trace)
-        raise CheckFailed(f"{clause}: handed rank-local scores, the ranks' (epoch, {what}) "
-                          f"were {seen}: one verdict per rank instead of one for all{ending}",
-                          detail)
+        raise CheckFailed(f"{clause}: {where}handed rank-local scores, the ranks' (epoch, "
+                          f"{what}) were {seen}: one verdict per rank instead of one for "
+                          f"all{ending}", detail)
 
 
 @check("DIST-2", requires={"multi_rank", "early_stopping"}, multi_rank=True,
        covers=("DIST-2.1", "DIST-2.2"))
 def check_ranks_stop_together_on_rank_local_scores(ctx: CheckContext) -> str:
-    """Handed scores that differ by rank (unpooled), every rank still stops alike."""
-    _disagreement("DIST-2", _local_trace(ctx), "stop", lambda v: (v.epoch, v.stop))
+    """Handed scores that differ by rank (unpooled), every rank still stops alike: in a
+    process group the trainer made, and in one made before it."""
+    _local_cases(ctx, "DIST-2", "stop", lambda v: (v.epoch, v.stop))
     return f"handed rank-local scores, all {ctx.world_size} ranks took one stop verdict"
 
 
 @check("DIST-3", requires={"multi_rank"}, multi_rank=True,
        covers=("DIST-3.1", "DIST-3.2", "DIST-3.3"))
 def check_ranks_agree_on_best_on_rank_local_scores(ctx: CheckContext) -> str:
-    """Handed scores that differ by rank (unpooled), every rank agrees on the best."""
-    trace = _local_trace(ctx)
-    _disagreement("DIST-3", trace, "improved", lambda v: (v.epoch, v.improved))
-    r0 = trace.rank0
-    for r in trace.ranks[1:]:
-        diff = weights_diff(r0.best_model, r.best_model)
-        if diff is not None:
-            raise CheckFailed(f"DIST-3: handed rank-local scores, rank {r.rank} kept other best "
-                              f"weights than rank 0: {diff}")
+    """Handed scores that differ by rank (unpooled), every rank agrees on the best: in a
+    process group the trainer made, and in one made before it."""
+
+    def same_weights(trace: Trace, where: str) -> None:
+        r0 = trace.rank0
+        for r in trace.ranks[1:]:
+            diff = weights_diff(r0.best_model, r.best_model)
+            if diff is not None:
+                raise CheckFailed(f"DIST-3: {where}handed rank-local scores, rank {r.rank} "
+                                  f"kept other best weights than rank 0: {diff}")
+
+    _local_cases(ctx, "DIST-3", "improved", lambda v: (v.epoch, v.improved), same_weights)
     return f"handed rank-local scores, all {ctx.world_size} ranks agreed on each improvement"
 
 

@@ -280,12 +280,29 @@ def _run_child(req: dict[str, Any], adapter: Any) -> int:
         ctx.note_time()
 
 
+def _launch_group(scenario: Any) -> None:
+    """The default process group, made before the trainer is built when the scenario asks the
+    launch to make it (``task.group == "launch"``), from the environment every rank has
+    (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``). It is not destroyed: the run
+    ends with its process (``os._exit``), and a trainer may destroy it itself."""
+    if scenario.world_size == 1 or scenario.task.group != "launch":
+        return
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    backend = "nccl" if scenario.get("ddp.backend") == "nccl" else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=float(
+        scenario.get("ddp.timeout_s"))))
+
+
 def _run_adapter(adapter: Any, scenario: Any, ctx: ChildContext) -> int:
     from trainspec.conformance.run.reading import trusting
     from trainspec.conformance.run.records import Done, RunError, RunExit
 
     try:
         with trusting(ctx.writes.has_written):  # the trainer's own files: read its own way
+            _launch_group(scenario)
             adapter.run(scenario, ctx)
     except SystemExit as e:
         # sys.exit() and sys.exit(None) mean status 0; a message means status 1 (as Python's)

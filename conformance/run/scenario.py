@@ -76,6 +76,10 @@ class Task:
     metric: Literal["reduce_mean", "torchmetrics", "local"] = "reduce_mean"
     empty_eval_split: bool = True  # an eval_loader over an empty dataset (DBG-1)
     slow_writes_s: float = 0.0  # rank 0's torch.save pauses this long first (DIST-4)
+    # who makes a multi-rank run's default process group: the trainer (from the launcher's
+    # MASTER_ADDR and MASTER_PORT), or the launch, before the trainer is built (a launch
+    # script that calls init_process_group first, as many do)
+    group: Literal["trainer", "launch"] = "trainer"
     shuffle: bool = True
 
 

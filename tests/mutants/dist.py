@@ -117,6 +117,31 @@ class DecidesOnLocalScore(BaseTrainer):
         return should_stop
 
 
+# the same split, only where a launch script made the process group before the trainer
+@mutant_of("check_ranks_stop_together_on_rank_local_scores",
+           expect="inside a process group made before the trainer, handed rank-local scores, "
+                  "the ranks' (epoch, stop) were {0: [(0, False), (1, False), (2, False), "
+                  "(3, False)], 1: [(0, False), (1, True)]}",
+           proves=("DIST-2.1",))
+@mutant_of("check_ranks_agree_on_best_on_rank_local_scores",
+           expect="inside a process group made before the trainer, handed rank-local scores, "
+                  "the ranks' (epoch, improved) were {0: [(0, True), (1, True), (2, True), "
+                  "(3, True)], 1: [(0, True), (1, False)]}",
+           proves=("DIST-3.1", "DIST-3.3"))
+class ExistingGroupIsOneRank(BaseTrainer):
+    """Built inside a process group that already exists (a launch script made it), takes the
+    run for a one-rank run: no pooling, no broadcast, every rank decides alone."""
+
+    def _join_process_group(self) -> ProcessGroup:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            group = ProcessGroup.join(self.rank, 1, self.cfg.ddp)
+            group.world_size = self.world_size
+            return group
+        return super()._join_process_group()
+
+
 @mutant_of("check_pooled_mean_is_sum_over_counts",
            expect="after epoch 0 rank 1 pooled 0.333333 from the (total, count) shards "
                   "[(3.0, 1.0), (1.0, 3.0)]",
@@ -166,3 +191,15 @@ class RankZeroLeavesAfterStop(BaseTrainer):
             super().train()
         except _LeftTheLoop:
             return
+
+
+class AlwaysMakesItsOwnGroup(BaseTrainer):
+    """Not a mutant: a correct trainer that calls init_process_group whatever exists, so it
+    cannot be built inside a group made before it (the DIST checks leave that case unjudged)."""
+
+    def _join_process_group(self) -> ProcessGroup:
+        import torch.distributed as dist
+
+        if self.world_size > 1 and dist.is_initialized():
+            raise ValueError("trying to initialize the default process group twice!")
+        return super()._join_process_group()
