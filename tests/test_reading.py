@@ -213,8 +213,16 @@ def test_a_config_object_with_paths_gets_the_verdicts_a_hand_made_allow_list_get
     listed = check("tests.test_reading:AllowListedTemplate", clauses=_TEMPLATE_CLAUSES,
                    world_size=1)
     picked = set(_TEMPLATE_CLAUSES.split(","))
-    assert {c.id: (c.verdict, c.evidence) for c in default.clauses if c.id in picked} == \
-        {c.id: (c.verdict, c.evidence) for c in listed.clauses if c.id in picked}
+
+    def outcomes(report: Any) -> dict[str, tuple[str, str]]:
+        # every hand-written check's outcome and evidence; the generated runs' draw ends at a
+        # wall-clock budget, so how far it gets (the template's BEST-2 slip with checkpoints
+        # off is found near its end) depends on the machine's load, not on how files are read
+        return {ch.name: (ch.outcome, ch.evidence) for c in report.clauses if c.id in picked
+                for ch in c.checks if not ch.name.startswith("check_generated_runs_")}
+
+    assert outcomes(default) == outcomes(listed)
+    assert len(outcomes(default)) >= 9
     # no behaviour clause's evidence is the weights-only refusal (CKPT-1's matter alone)
     assert not [c.id for c in default.clauses if "weights_only" in c.evidence.lower()
                 or "weights only" in c.evidence.lower()]

@@ -55,7 +55,9 @@ __all__ = ["examples", "judge_example", "run_generated"]
 _POINTS: tuple[Interruption, ...] = ("train_start", "train_end", "val_start", "val_after_save")
 _MORE_FILES = 3  # a resume is judged from the drawn file and up to this many others
 _SET_ASIDE = 2  # runs showing a slip already charged, per example asked, before giving up
-_SHRINK_S = 20.0  # past this, shrinking keeps the smallest failure found so far
+# shrinking keeps the smallest failure found after this many candidates (a count: a loaded
+# machine reports the example a quiet one does), or these seconds (a bound for slow runs)
+_SHRINK_RUNS, _SHRINK_S = 80, 20.0
 # the draw's seed, fixed, so that the examples do not change when the code drawing them does
 # (the seed the derandomized draw took from this module's code when the family's mutants,
 # tests/mutants/model.py, were measured against its first 30 chains)
@@ -320,7 +322,7 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
     failure: dict[str, Any] = {}
     failing: set[str] = set()
     judged: dict[str, int] = {}
-    count, since, set_aside, out_of_time, clean = 0, [0.0], [0], [False], [0]
+    count, since, set_aside, out_of_time, clean, shrinks = 0, [0.0], [0], [False], [0], [0]
 
     def once(example: dict[str, Any]) -> None:
         nonlocal count
@@ -331,8 +333,10 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
         # past this many runs set aside, the rest would be too: draw on, run nothing more
         assume(set_aside[0] < _SET_ASIDE * max_examples or bool(failing))
         key = json.dumps(example, sort_keys=True)
-        if failing and key not in failing and time.monotonic() - since[0] > _SHRINK_S:
-            return  # out of shrinking time: keep the smallest failure found
+        if failing and key not in failing:
+            if shrinks[0] >= _SHRINK_RUNS or time.monotonic() - since[0] > _SHRINK_S:
+                return  # shrunk enough: keep the smallest failure found
+            shrinks[0] += 1
         count += 1
         found = _judged(adapter, example)
         if any(d.clause in exclude for d in found):

@@ -109,7 +109,13 @@ CAPABILITY_MEANINGS: Mapping[str, str] = {
     "test_pass": "test.enable runs a test pass after the loop",
     "debug": "debug mode (a truncated, side-effect-free run)",
     "grad_accum": "grad_accum_steps accumulates gradients over several batches",
-    "multi_rank": "runs on several ranks of one torch.distributed group",
+    "multi_rank": ("runs on several ranks of one torch.distributed group. Each rank's run "
+                   "gets torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, "
+                   "MASTER_PORT) and makes the default process group itself; in one case of "
+                   "DIST-2 and DIST-3 the group is made before the trainer is built, as a "
+                   "launch script that calls init_process_group first does, and the trainer "
+                   "must use it (one that raises on every rank there has that case not "
+                   "judged)"),
     "eval_only": "num_epochs=0 runs (no training, validation and test only)",
 }
 

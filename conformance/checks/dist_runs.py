@@ -1,0 +1,86 @@
+"""Clauses of other families judged on several ranks (docs/spec/res.md, docs/spec/dbg.md):
+a resume and a debug run on a real torch.distributed world, every rank judged."""
+
+from __future__ import annotations
+
+from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
+from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
+from trainspec.conformance.run.scenario import CrashPoint, RankScores, Scenario, ScoreScript
+from trainspec.conformance.run.trace import Trace
+
+__all__: list[str] = []
+
+
+def _rows(n: int, scores: list[float]) -> tuple[RankScores, ...]:
+    return tuple(((v, 1.0),) * n for v in scores)
+
+
+def _res_scenario(n: int) -> Scenario:
+    return Scenario(name=f"res-dist-{n}r", world_size=n,
+                    scores=ScoreScript(epochs=_rows(n, [0.3, 0.8, 0.5, 0.4, 0.35]))) \
+        .with_config(**{"num_epochs": 5, "val.patience": 3, "ddp.timeout_s": 20.0})
+
+
+@check("RES-1", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True,
+       covers=("RES-1.1", "RES-1.3"))
+def check_resume_continues_under_several_ranks(ctx: CheckContext) -> str:
+    """Killed and resumed on N ranks, every rank continues at k+1."""
+    n = ctx.world_size
+    pair = interrupt_and_resume(ctx, "RES-1", _res_scenario(n),
+                                CrashPoint(where="train_start", epoch=3))
+    k = pair.ckpt_epoch
+    for r in pair.resumed.ranks:
+        trained = r.epochs_trained
+        if trained != list(range(k + 1, k + 1 + len(trained))) or not trained:
+            raise CheckFailed(f"RES-1: on {n} ranks, resumed from epoch {k}, rank {r.rank} "
+                              f"trained epochs {trained}; expected {k + 1}, {k + 2}, ...")
+    return f"on {n} ranks: every rank resumed at epoch {k + 1}"
+
+
+@check("RES-3", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True,
+       covers=("RES-3.1", "RES-3.2", "RES-3.3"))
+def check_resume_decides_alike_under_several_ranks(ctx: CheckContext) -> str:
+    """Killed and resumed on N ranks, every rank decides as the uninterrupted run."""
+    n = ctx.world_size
+    s = _res_scenario(n)
+    want = [(v.epoch, v.improved, v.stop) for v in ctx.completed(s).rank0.validations]
+    pair = interrupt_and_resume(ctx, "RES-3", s, CrashPoint(where="train_start", epoch=3))
+    for r in pair.resumed.ranks:
+        seen = combined_decisions(pair, r.rank)
+        if seen != want:
+            raise CheckFailed(f"RES-3: on {n} ranks, killed at the start of epoch 3 and "
+                              f"resumed, rank {r.rank} decided {seen}; uninterrupted: {want}")
+    return f"on {n} ranks: same decisions on every rank as the uninterrupted run"
+
+
+def _debug_trace(ctx: CheckContext) -> Trace:
+    n = ctx.world_size
+    s = Scenario(name=f"dbg-dist-{n}r", world_size=n,
+                 scores=ScoreScript(epochs=_rows(n, [0.5, 0.5]))) \
+        .with_config(**{"num_epochs": 2, "debug": True, "grad_accum_steps": 4,
+                        "ddp.timeout_s": 20.0})
+    return ctx.completed(s)
+
+
+@check("DBG-1", requires={"multi_rank", "debug"}, multi_rank=True, covers=("DBG-1.1", "DBG-1.2"))
+def check_debug_truncates_under_several_ranks(ctx: CheckContext) -> str:
+    """Debug on N ranks: one batch per split on every rank."""
+    for r in _debug_trace(ctx).ranks:
+        e = r.train_epochs[0] if r.train_epochs else None
+        if e is None or (e.batches, e.loader_len) != (1, 1):
+            raise CheckFailed(f"DBG-1: in debug mode on {ctx.world_size} ranks, rank {r.rank} "
+                              f"trained {None if e is None else e.batches} batches with len() "
+                              f"{None if e is None else e.loader_len}; expected 1 and 1")
+    return f"debug on {ctx.world_size} ranks: one batch and len() 1 on every rank"
+
+
+@check("DBG-4", requires={"multi_rank", "debug", "grad_accum"}, multi_rank=True,
+       covers=("DBG-4.1", "DBG-4.2"))
+def check_debug_steps_under_several_ranks(ctx: CheckContext) -> str:
+    """Debug on N ranks with grad_accum_steps=4: every rank takes an optimizer step."""
+    for r in _debug_trace(ctx).ranks:
+        steps = r.train_epochs[0].optimizer_steps if r.train_epochs else None
+        if not steps:
+            raise CheckFailed(f"DBG-4: in debug mode on {ctx.world_size} ranks with "
+                              f"grad_accum_steps=4, rank {r.rank} took no optimizer step")
+    return f"debug on {ctx.world_size} ranks: an optimizer step on every rank"
