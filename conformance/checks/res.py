@@ -16,6 +16,7 @@ from trainspec.conformance.checks.chains import (
     SourceRun,
     combined_decisions,
     from_checkpoint,
+    interrupt_and_resume,
     reachable_pairs,
     source_run,
     with_load,
@@ -41,6 +42,11 @@ CRASHES = (
     CrashPoint(where="val_after_save", epoch=1),  # an improving epoch: best.pt is newer than
     # the checkpoint the run resumes from
 )
+
+
+# patience 2 with one validation of it left when epoch 2 begins, then an improvement: it
+# refills patience, so the run stops after epoch 4, not 3
+REFILL_SCORES = [0.5, 0.4, 0.6, 0.5, 0.45, 0.44, 0.43]
 
 
 def res_scenario() -> Scenario:
@@ -169,8 +175,20 @@ def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
                     f"{'(none)' if best is None else best.name} says epoch "
                     f"{None if best is None else best.epoch}; uninterrupted: {want_best.name} "
                     f"of epoch {want_best.epoch}")
+    refill = make_scenario("res-refill", REFILL_SCORES, cfg={"val.patience": 2})
+    with ctx.case("an improvement after the resume refills patience"):
+        want = [(v.epoch, v.improved, v.stop) for v in ctx.completed(refill).rank0.validations]
+        crash = CrashPoint(where="train_start", epoch=2)
+        seen = combined_decisions(interrupt_and_resume(ctx, "RES-3", refill, crash))
+        if seen != want:
+            raise CheckFailed(
+                f"RES-3: {_at(crash)} (one validation of patience 2 left) and resumed, with an "
+                f"improvement at epoch 2, the run validated (epoch, improved, stop) {seen}; "
+                f"uninterrupted: {want}. An improvement after a resume refills patience as in "
+                "a run never interrupted.")
     return f"same improvements, stop and best weights/best.pt (epoch 1) after {len(CRASHES)} " \
-        "kills, one between training and validation, one after an improving epoch's best.pt"
+        "kills, one between training and validation, one after an improving epoch's best.pt; " \
+        "an improvement after a resume refills patience"
 
 
 _STATE_MEANING = {

@@ -1,8 +1,10 @@
 """Model-based mutants: slips that show only in a combination the fixed scenarios never make.
 
 Each is a plausible single-point slip of a correct trainer, taken from issue 22's examples:
-it passes the fixed scenarios of its clause, and fails the generated family, which crosses run
-kinds, config keys and score scripts and compares every run with the model of the spec.
+it passed the fixed scenarios of its clause, and fails the generated family, which crosses run
+kinds, config keys and score scripts and compares every run with the model of the spec (or,
+where the family's draw does not reach it, a fixed case added for it: a resume that must refill
+patience, RES-3).
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer
 
 
+@mutant_of("check_resume_keeps_best_and_patience",
+           expect="(one validation of patience 2 left) and resumed, with an improvement at "
+                  "epoch 2, the run validated (epoch, improved, stop) [(0, True, False), "
+                  "(1, False, False), (2, True, False), (3, False, True)]",
+           proves=("RES-3.3",))
 class ResumeNeverRefillsPatience(BaseTrainer):
     """After a resume, an improvement no longer refills the patience counter."""
 
@@ -49,6 +56,10 @@ class OneImprovementPerEpochNumber(BaseTrainer):
         return improved
 
 
+@mutant_of("check_generated_runs_take_strict_improvements",
+           expect="the fresh run's validation 1 (after epoch 1) was not taken as an improvement; "
+                  "expected an improvement (scores [0.375, 0.379])",
+           proves=("BEST-1.1",))
 class IgnoresGainsBelowMinDelta(BaseTrainer):
     """Takes a score as better only by more than 0.01, a library's default ``min_delta``."""
 
