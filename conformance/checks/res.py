@@ -8,6 +8,7 @@ the best weights and ``best.pt``, then the final weights.
 
 from __future__ import annotations
 
+import math
 import re
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
@@ -42,11 +43,6 @@ CRASHES = (
     CrashPoint(where="val_after_save", epoch=1),  # an improving epoch: best.pt is newer than
     # the checkpoint the run resumes from
 )
-
-
-# patience 2 with one validation of it left when epoch 2 begins, then an improvement: it
-# refills patience, so the run stops after epoch 4, not 3
-REFILL_SCORES = [0.5, 0.4, 0.6, 0.5, 0.45, 0.44, 0.43]
 
 
 def res_scenario() -> Scenario:
@@ -175,20 +171,33 @@ def check_resume_keeps_best_and_patience(ctx: CheckContext) -> str:
                     f"{'(none)' if best is None else best.name} says epoch "
                     f"{None if best is None else best.epoch}; uninterrupted: {want_best.name} "
                     f"of epoch {want_best.epoch}")
-    refill = make_scenario("res-refill", REFILL_SCORES, cfg={"val.patience": 2})
-    with ctx.case("an improvement after the resume refills patience"):
-        want = [(v.epoch, v.improved, v.stop) for v in ctx.completed(refill).rank0.validations]
-        crash = CrashPoint(where="train_start", epoch=2)
-        seen = combined_decisions(interrupt_and_resume(ctx, "RES-3", refill, crash))
-        if seen != want:
-            raise CheckFailed(
-                f"RES-3: {_at(crash)} (one validation of patience 2 left) and resumed, with an "
-                f"improvement at epoch 2, the run validated (epoch, improved, stop) {seen}; "
-                f"uninterrupted: {want}. An improvement after a resume refills patience as in "
-                "a run never interrupted.")
+    for name, case, scores, crash, how in _MORE_RES3:
+        with ctx.case(case):
+            more = make_scenario(name, scores, cfg={"val.patience": 2})
+            want = [(v.epoch, v.improved, v.stop) for v in ctx.completed(more).rank0.validations]
+            seen = combined_decisions(interrupt_and_resume(ctx, "RES-3", more, crash))
+            if seen != want:
+                raise CheckFailed(f"RES-3: {_at(crash)} ({how}) and resumed, the run validated "
+                                  f"(epoch, improved, stop) {seen}; uninterrupted: {want}")
     return f"same improvements, stop and best weights/best.pt (epoch 1) after {len(CRASHES)} " \
         "kills, one between training and validation, one after an improving epoch's best.pt; " \
-        "an improvement after a resume refills patience"
+        "also resumed with patience part spent before an improvement, and from a checkpoint " \
+        "written before any improvement"
+
+
+# (scenario, case, scores, where the run is killed, what the file resumed from holds), with
+# patience 2
+_MORE_RES3 = (
+    # one validation of patience left when epoch 2 begins, then an improvement: it refills
+    # patience, so the run stops after epoch 4, not 3
+    ("res-refill", "an improvement after the resume refills patience",
+     [0.5, 0.4, 0.6, 0.5, 0.45, 0.44], CrashPoint(where="train_start", epoch=2),
+     "one validation of patience 2 left, an improvement at epoch 2 next"),
+    # epoch 0 scored NaN: the file of epoch 0 holds no best yet (no best weights, no best score)
+    ("res-no-best-yet", "resumed from a file written before any improvement",
+     [math.nan, 0.5, 0.4, 0.6], CrashPoint(where="train_start", epoch=1),
+     "from epoch 0's file, written before any improvement: epoch 0 scored NaN"),
+)
 
 
 _STATE_MEANING = {

@@ -24,8 +24,8 @@ from trainspec.reference import BaseTrainer
 
 
 @mutant_of("check_resume_keeps_best_and_patience",
-           expect="(one validation of patience 2 left) and resumed, with an improvement at "
-                  "epoch 2, the run validated (epoch, improved, stop) [(0, True, False), "
+           expect="(one validation of patience 2 left, an improvement at epoch 2 next) and "
+                  "resumed, the run validated (epoch, improved, stop) [(0, True, False), "
                   "(1, False, False), (2, True, False), (3, False, True)]",
            proves=("RES-3.3",))
 class ResumeNeverRefillsPatience(BaseTrainer):

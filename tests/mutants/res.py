@@ -238,3 +238,27 @@ class RestoresItemsOneByOne(BaseTrainer):
                 raise self._resume_error(f"cannot restore '{name}': {e}") from None
             loaded.append(name)
         return loaded
+
+
+@mutant_of("check_resume_keeps_best_and_patience",
+           expect="interrupted at train_start of epoch 1, the trainer's resume from last.pt "
+                  "raised KeyError: 'best_model_state_dict holds no weights'",
+           proves=("RES-3.4",))
+class ExpectsABestInEveryFile(BaseTrainer):
+    """A resume reads the best score and weights as if every checkpoint held them: one
+    written before any improvement (no best yet) stores none, and the resume fails on it."""
+
+    def _save(self, name: str) -> None:
+        if self.best_model is None and self.best_epoch is None:
+            self.best_model = {}  # "no best yet" written as an empty set of weights
+            try:
+                super()._save(name)
+            finally:
+                self.best_model = None
+            return
+        super()._save(name)
+
+    def _restore_tracking(self, ckpt: dict[str, Any]) -> None:
+        super()._restore_tracking(ckpt)
+        if not self.best_model:
+            raise KeyError("best_model_state_dict holds no weights")
