@@ -252,14 +252,18 @@ def _lost_state(whole: RankTrace, resumed: RankTrace) -> str | None:
        covers=("RES-5.1", "RES-5.2", "RES-5.3", "RES-5.4"))
 def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
     """Resuming into another optimizer or an extra scheduler raises, naming item and way out,
-    and leaves no item half-restored (the extra scheduler's case: the optimizer and the first
-    scheduler fit, the second has no state in the checkpoint)."""
+    and leaves no item half-restored: refused before restoring (the extra scheduler's case:
+    the optimizer and the first scheduler fit, the second has no state in the checkpoint) and
+    failing while restoring (the optimizer's load raises after the scheduler was restored)."""
     base = make_scenario("res-fit", [0.1, 0.2])
     source = source_run(ctx, "RES-5", base)
     cases = {
         "another optimizer class (Adam -> SGD)": (Task(optimizer="sgd"), "optimizer"),
         "an extra optimizer param group": (Task(extra_param_group=True), "optimizer"),
         "an extra registered scheduler": (Task(extra_scheduler=True), "scheduler2"),
+        # the scheduler fits and is restored first; the optimizer's load then raises
+        "an extra optimizer param group, after the scheduler was restored": (
+            Task(extra_param_group=True, schedulers_first=True), "optimizer"),
     }
     for what, (task, item) in cases.items():
         with ctx.case(what):
@@ -281,8 +285,9 @@ def check_resume_refuses_state_that_does_not_fit(ctx: CheckContext) -> str:
                                   f"out (a finetune: ckpt.model_only / ckpt.resume=false): "
                                   f"{bad[0].error}")
             _all_or_nothing(what, bad[0])
-    return "another optimizer, an extra param group and an extra scheduler each raised, " \
-        "naming the item and the finetune way out"
+    return "another optimizer, an extra param group (also after the scheduler was restored) " \
+        "and an extra scheduler each raised, naming the item and the finetune way out, and " \
+        "left no item half-restored"
 
 
 def _resumes_at_all(ctx: CheckContext, base: Scenario, source: SourceRun) -> None:

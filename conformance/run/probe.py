@@ -151,12 +151,15 @@ def _setup(trainer: Any, run: _Run, ckpt: Mapping[str, object] | None) -> None:
     trainer.optimizer = task_optimizer(task, module.parameters())
     num_epochs = int(_cfg(cfg, "num_epochs", 1))
     total_steps = max(1, len(trainer.train_loader) * max(num_epochs, 1))
-    items: dict[str, object] = {"model": trainer.model, "optimizer": trainer.optimizer}
+    items: dict[str, object] = {"model": trainer.model}
     schedules = iter(task_schedulers(task, trainer.optimizer, total_steps))
+    if not task.schedulers_first:
+        items["optimizer"] = trainer.optimizer
     if task.scheduler:
         trainer.scheduler = items["scheduler"] = next(schedules)
     if task.extra_scheduler:
         trainer.scheduler2 = items["scheduler2"] = next(schedules)
+    items["optimizer"] = trainer.optimizer  # in its place, or after the schedulers
     trainer.add_checkpoint_items(**items)
     # as registered, before the base restores anything (RES-5: all or nothing)
     trainer._probe_items = {n: (i, _state_key(i)) for n, i in items.items() if n != "model"}

@@ -71,6 +71,9 @@ class Task:
     scheduler: bool = True  # a LinearLR sized from len(train_loader) * num_epochs
     extra_param_group: bool = False  # the model's bias in a second optimizer group
     extra_scheduler: bool = False  # a second registered scheduler
+    # the schedulers registered before the optimizer: a resume whose optimizer does not fit
+    # then fails after they were restored (RES-5: a failure raised part-way through restoring)
+    schedulers_first: bool = False
     # how the probe turns (total, count) into a score: pooled by the base's reduce_mean, by
     # torchmetrics, or left rank-local (total / count of this rank alone, unpooled)
     metric: Literal["reduce_mean", "torchmetrics", "local"] = "reduce_mean"

@@ -262,3 +262,32 @@ class ExpectsABestInEveryFile(BaseTrainer):
         super()._restore_tracking(ckpt)
         if not self.best_model:
             raise KeyError("best_model_state_dict holds no weights")
+
+
+@mutant_of("check_resume_refuses_state_that_does_not_fit",
+           expect="resuming with an extra optimizer param group, after the scheduler was "
+                  "restored raised, but after the refused resume the scheduler was restored "
+                  "and optimizer was not: half-restored",
+           proves=("RES-5.4",))
+class KeepsWhatLoadedBeforeAFailure(BaseTrainer):
+    """Checks every item before loading any, but a load that raises part-way leaves the
+    items loaded before it restored (it never puts them back)."""
+
+    def _restore_items(self, ckpt: dict[str, Any]) -> list[str]:
+        items = {n: i for n, i in self.ckpt_items.items() if n != "model"}
+        for name, item in items.items():
+            if f"{name}_state_dict" not in ckpt:
+                raise self._resume_error(f"'{name}' is registered but the checkpoint carries "
+                                         f"no {name}_state_dict")
+            here = f"{type(item).__module__}.{type(item).__qualname__}"
+            if ckpt.get(f"{name}_class", here) != here:
+                raise self._resume_error(f"'{name}' is a {here} but the checkpoint holds a "
+                                         f"{ckpt[f'{name}_class']}")
+        loaded = []
+        for name, item in items.items():
+            try:
+                item.load_state_dict(ckpt[f"{name}_state_dict"])
+            except (ValueError, RuntimeError, KeyError, TypeError) as e:
+                raise self._resume_error(f"cannot restore '{name}': {e}") from None
+            loaded.append(name)
+        return loaded
