@@ -14,6 +14,7 @@ from typing import Literal
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.common import (
     describe,
+    expected_outcome,
     fmt_scores,
     label,
     match_decisions,
@@ -244,7 +245,7 @@ _GROUPS: tuple[tuple[Literal["trainer", "launch"], str], ...] = (
 
 def _local_cases(ctx: CheckContext, clause: str, what: str,
                  pick: Callable[[Validation], tuple[int, bool]],
-                 more: Callable[[Trace, str], None] | None = None) -> None:
+                 more: Callable[[Trace, Scenario, str], None] | None = None) -> None:
     """Judge the rank-local scores' run in each case of :data:`_GROUPS`."""
     for group, case in _GROUPS:
         with ctx.case(case):
@@ -257,7 +258,7 @@ def _local_cases(ctx: CheckContext, clause: str, what: str,
                 _refused(trace, case)
             _disagreement(clause, trace, s, what, pick, where)
             if more is not None:
-                more(trace, where)
+                more(trace, s, where)
 
 
 def _refused(trace: Trace, case: str) -> None:
@@ -296,7 +297,20 @@ def check_ranks_agree_on_best_on_rank_local_scores(ctx: CheckContext) -> str:
     """Handed scores that differ by rank (unpooled), every rank agrees on the best: in a
     process group the trainer made, and in one made before it."""
 
-    def same_weights(trace: Trace, where: str) -> None:
+    def rank0_decides(trace: Trace, s: Scenario, where: str) -> None:
+        # one verdict for all is not enough: it must be the one rank 0's score calls for
+        mine = [row[0][0] / row[0][1] for row in s.scores.epochs]
+        alone = s.replace(world_size=1, scores=ScoreScript.of(mine))
+        want = [(d.epoch, d.improved) for d in expected_outcome(alone).decisions]
+        seen = [(v.epoch, v.improved) for v in trace.rank0.validations]
+        if seen != want:
+            raise CheckFailed(f"DIST-3: {where}handed rank-local scores, the ranks took "
+                              f"(epoch, improved) {seen}; rank 0's scores {fmt_scores(mine)} "
+                              f"call for {want}: the score compared must be rank 0's, "
+                              "broadcast to every rank")
+        same_weights(trace, where)
+
+    def same_weights(trace: Trace, where: str = "") -> None:
         r0 = trace.rank0
         for r in trace.ranks[1:]:
             diff = weights_diff(r0.best_model, r.best_model)
@@ -304,7 +318,7 @@ def check_ranks_agree_on_best_on_rank_local_scores(ctx: CheckContext) -> str:
                 raise CheckFailed(f"DIST-3: {where}handed rank-local scores, rank {r.rank} "
                                   f"kept other best weights than rank 0: {diff}")
 
-    _local_cases(ctx, "DIST-3", "improved", lambda v: (v.epoch, v.improved), same_weights)
+    _local_cases(ctx, "DIST-3", "improved", lambda v: (v.epoch, v.improved), rank0_decides)
     return f"handed rank-local scores, all {ctx.world_size} ranks agreed on each improvement"
 
 

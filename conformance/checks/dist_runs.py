@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
+from trainspec.conformance.checks.common import weights_diff
+from trainspec.conformance.checks.res import lost_state
 from trainspec.conformance.run.scenario import CrashPoint, RankScores, Scenario, ScoreScript
 from trainspec.conformance.run.trace import Trace
 
@@ -84,3 +86,25 @@ def check_debug_steps_under_several_ranks(ctx: CheckContext) -> str:
             raise CheckFailed(f"DBG-4: in debug mode on {ctx.world_size} ranks with "
                               f"grad_accum_steps=4, rank {r.rank} took no optimizer step")
     return f"debug on {ctx.world_size} ranks: an optimizer step on every rank"
+
+
+@check("RES-4", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True,
+       covers=("RES-4.1", "RES-4.2", "RES-4.3"))
+def check_resume_is_bitwise_exact_under_several_ranks(ctx: CheckContext) -> str:
+    """Killed and resumed on N ranks, every rank's RNG states where it resumes, and its final
+    weights, equal the uninterrupted run's."""
+    n = ctx.world_size
+    s = _res_scenario(n)
+    whole = ctx.completed(s)
+    crash = CrashPoint(where="train_start", epoch=3)
+    pair = interrupt_and_resume(ctx, "RES-4", s, crash)
+    for r in pair.resumed.ranks:
+        w = whole.ranks[r.rank]
+        final = weights_diff(w.final_weights, r.final_weights)
+        lost = lost_state(w, r)
+        if lost is not None or final is not None:
+            raise CheckFailed(f"RES-4: on {n} ranks, killed at the start of epoch 3 and "
+                              f"resumed, rank {r.rank}'s "
+                              + (f"state where it resumed differed: {lost}" if lost else
+                                 f"final weights differ from the uninterrupted run ({final})"))
+    return f"on {n} ranks: every rank's RNG states and final weights as the uninterrupted run's"

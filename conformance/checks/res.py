@@ -219,7 +219,7 @@ def check_resume_is_bitwise_exact(ctx: CheckContext) -> str:
         with ctx.case(_at(crash)):
             r = pair.resumed.rank0
             final = weights_diff(whole.final_weights, r.final_weights)
-            lost = _lost_state(whole, r)
+            lost = lost_state(whole, r)
             if final is not None:
                 raise CheckFailed(f"RES-4: {_at(crash)} and resumed, the final weights differ from "
                                   f"the uninterrupted run ({final}); at the resume point "
@@ -233,7 +233,7 @@ def check_resume_is_bitwise_exact(ctx: CheckContext) -> str:
         "kills at 2 points"
 
 
-def _lost_state(whole: RankTrace, resumed: RankTrace) -> str | None:
+def lost_state(whole: RankTrace, resumed: RankTrace) -> str | None:
     """What differed at the resume point between the resumed and the uninterrupted run."""
     if not resumed.train_epochs:
         return None

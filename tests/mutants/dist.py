@@ -203,3 +203,22 @@ class AlwaysMakesItsOwnGroup(BaseTrainer):
         if self.world_size > 1 and dist.is_initialized():
             raise ValueError("trying to initialize the default process group twice!")
         return super()._join_process_group()
+
+
+@mutant_of("check_ranks_agree_on_best_on_rank_local_scores",
+           expect="handed rank-local scores, the ranks took (epoch, improved) [(0, True), "
+                  "(1, False)]; rank 0's scores",
+           proves=("DIST-3.3",))
+class ComparesTheLastRanksScore(BaseTrainer):
+    """Broadcasts the score from the last rank, not rank 0: every rank agrees, on another
+    rank's score."""
+
+    def save_if_best(self, score: float, metrics: Mapping[str, float] | None = None) -> bool:
+        if self.is_distributed:
+            import torch
+            import torch.distributed as dist
+
+            tensor = torch.tensor([float(score)], dtype=torch.float64)
+            dist.broadcast(tensor, src=self.world_size - 1)
+            score = float(tensor.item())
+        return super().save_if_best(score, metrics)

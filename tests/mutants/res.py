@@ -291,3 +291,16 @@ class KeepsWhatLoadedBeforeAFailure(BaseTrainer):
                 raise self._resume_error(f"cannot restore '{name}': {e}") from None
             loaded.append(name)
         return loaded
+
+
+@mutant_of("check_resume_is_bitwise_exact_under_several_ranks",
+           expect="resumed, rank 1's state where it resumed differed: the numpy RNG state "
+                  "differed",
+           proves=("RES-4.2",))
+class RestoresRngOnRankZeroOnly(BaseTrainer):
+    """Saves every rank's RNG states but restores them on rank 0 alone: the other ranks
+    resume with the generators of a fresh start."""
+
+    def _restore_rng(self, ckpt: dict[str, Any]) -> None:
+        if self.rank == 0:
+            super()._restore_rng(ckpt)
