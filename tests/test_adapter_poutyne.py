@@ -61,8 +61,14 @@ POUTYNE_WARNINGS = pytest.mark.filterwarnings(
 
 def test_poutyne_adapter_gets_a_verdict_for_every_clause(tmp_path: Path) -> None:
     chosen = check_clauses(TARGET, SELECTED, tmp_path, framework="poutyne ")
-    wired = {cid: c["evidence"] for cid, c in chosen.items()
-             if cid in WIRING and c["verdict"] != "pass"}
+    # wiring is judged on the hand-written checks: a generated run may reach Poutyne's own
+    # crash of a test pass after all-NaN scores (get_best_epoch_stats' idxmax, BEST-4's
+    # framework source), a fault of Poutyne, found or not as the draw's budget allows
+    wired = {cid: c["evidence"] for cid, c in chosen.items() if cid in WIRING and any(
+        ch["outcome"] not in ("passed", "n/a") for ch in c.get("checks", ())
+        if not ch["name"].startswith("check_generated_runs_"))}
+    assert all(any(not ch["name"].startswith("check_generated_runs_") for ch in
+                   chosen[cid].get("checks", ())) for cid in WIRING), "no hand-written check ran"
     assert not wired, f"the adapter's wiring of Poutyne is broken: {wired}"
     for cid, words in POUTYNE_FAILS.items():
         assert chosen[cid]["verdict"] == "fail", (cid, chosen[cid]["evidence"])
