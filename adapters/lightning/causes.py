@@ -49,6 +49,10 @@ SOURCES: dict[str, str] = {
              "as a non-improvement, but monitor_op (torch.gt for mode max, torch.lt for min) "
              "takes +inf (-inf) as an improvement that resets wait_count",
     "RES-4": _NO_RNG,
+    "DIST-3": (f"{_MC}.check_monitor_top_k: each rank compares its own logged monitor "
+               "(self.log's sync_dist=False, the default, leaves it rank-local), then "
+               "trainer.strategy.reduce_boolean_decision(...) keeps an improvement only when "
+               "every rank saw one: one verdict, the ranks' AND, not rank 0's score"),
     "RES-5": "lightning/pytorch/strategies/strategy.py, Strategy.load_optimizer_state_dict: "
              "optimizer.load_state_dict(opt_state) for whatever optimizer "
              "configure_optimizers returns, with no check that it is the one the checkpoint "
