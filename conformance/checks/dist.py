@@ -299,8 +299,8 @@ def check_ranks_agree_on_best_on_rank_local_scores(ctx: CheckContext) -> str:
 
     def rank0_decides(trace: Trace, s: Scenario, where: str) -> None:
         # one verdict for all is not enough: it must be the one rank 0's score calls for
-        mine = [row[0][0] / row[0][1] for row in s.scores.epochs]
-        alone = s.replace(world_size=1, scores=ScoreScript.of(mine))
+        alone = s.replace(world_size=1)  # the oracle on rank 0's (total, count) alone
+        mine = [s.scores.pooled(e, 1) for e in range(len(s.scores.epochs))]
         want = [(d.epoch, d.improved) for d in expected_outcome(alone).decisions]
         seen = [(v.epoch, v.improved) for v in trace.rank0.validations]
         if seen and seen != want:  # none at all: the runs did not carry the scenario out

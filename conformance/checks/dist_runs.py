@@ -12,6 +12,8 @@ from trainspec.conformance.run.trace import Trace
 
 __all__: list[str] = []
 
+_KILLED = CrashPoint(where="train_start", epoch=3)  # where every resume here is interrupted
+
 
 def _rows(n: int, scores: list[float]) -> tuple[RankScores, ...]:
     return tuple(((v, 1.0),) * n for v in scores)
@@ -28,8 +30,7 @@ def _res_scenario(n: int) -> Scenario:
 def check_resume_continues_under_several_ranks(ctx: CheckContext) -> str:
     """Killed and resumed on N ranks, every rank continues at k+1."""
     n = ctx.world_size
-    pair = interrupt_and_resume(ctx, "RES-1", _res_scenario(n),
-                                CrashPoint(where="train_start", epoch=3))
+    pair = interrupt_and_resume(ctx, "RES-1", _res_scenario(n), _KILLED)
     k = pair.ckpt_epoch
     for r in pair.resumed.ranks:
         trained = r.epochs_trained
@@ -46,7 +47,7 @@ def check_resume_decides_alike_under_several_ranks(ctx: CheckContext) -> str:
     n = ctx.world_size
     s = _res_scenario(n)
     want = [(v.epoch, v.improved, v.stop) for v in ctx.completed(s).rank0.validations]
-    pair = interrupt_and_resume(ctx, "RES-3", s, CrashPoint(where="train_start", epoch=3))
+    pair = interrupt_and_resume(ctx, "RES-3", s, _KILLED)
     for r in pair.resumed.ranks:
         seen = combined_decisions(pair, r.rank)
         if seen != want:
@@ -96,8 +97,7 @@ def check_resume_is_bitwise_exact_under_several_ranks(ctx: CheckContext) -> str:
     n = ctx.world_size
     s = _res_scenario(n)
     whole = ctx.completed(s)
-    crash = CrashPoint(where="train_start", epoch=3)
-    pair = interrupt_and_resume(ctx, "RES-4", s, crash)
+    pair = interrupt_and_resume(ctx, "RES-4", s, _KILLED)
     for r in pair.resumed.ranks:
         w = whole.ranks[r.rank]
         final = weights_diff(w.final_weights, r.final_weights)

@@ -9,6 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer, save_checkpoint
 from trainspec.reference.distributed import ProcessGroup
@@ -133,8 +136,6 @@ class ExistingGroupIsOneRank(BaseTrainer):
     run for a one-rank run: no pooling, no broadcast, every rank decides alone."""
 
     def _join_process_group(self) -> ProcessGroup:
-        import torch.distributed as dist
-
         if dist.is_initialized():
             group = ProcessGroup.join(self.rank, 1, self.cfg.ddp)
             group.world_size = self.world_size
@@ -198,8 +199,6 @@ class AlwaysMakesItsOwnGroup(BaseTrainer):
     cannot be built inside a group made before it (the DIST checks leave that case unjudged)."""
 
     def _join_process_group(self) -> ProcessGroup:
-        import torch.distributed as dist
-
         if self.world_size > 1 and dist.is_initialized():
             raise ValueError("trying to initialize the default process group twice!")
         return super()._join_process_group()
@@ -215,9 +214,6 @@ class ComparesTheLastRanksScore(BaseTrainer):
 
     def save_if_best(self, score: float, metrics: Mapping[str, float] | None = None) -> bool:
         if self.is_distributed:
-            import torch
-            import torch.distributed as dist
-
             tensor = torch.tensor([float(score)], dtype=torch.float64)
             dist.broadcast(tensor, src=self.world_size - 1)
             score = float(tensor.item())

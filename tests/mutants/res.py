@@ -222,20 +222,9 @@ class RestoresItemsOneByOne(BaseTrainer):
 
     def _restore_items(self, ckpt: dict[str, Any]) -> list[str]:
         loaded = []
-        for name, item in self.ckpt_items.items():
-            if name == "model":
-                continue
-            if f"{name}_state_dict" not in ckpt:
-                raise self._resume_error(f"'{name}' is registered but the checkpoint carries "
-                                         f"no {name}_state_dict")
-            here = f"{type(item).__module__}.{type(item).__qualname__}"
-            if ckpt.get(f"{name}_class", here) != here:
-                raise self._resume_error(f"'{name}' is a {here} but the checkpoint holds a "
-                                         f"{ckpt[f'{name}_class']}")
-            try:
-                item.load_state_dict(ckpt[f"{name}_state_dict"])
-            except (ValueError, RuntimeError, KeyError, TypeError) as e:
-                raise self._resume_error(f"cannot restore '{name}': {e}") from None
+        for name, item in _items(self):
+            _refuse_unfit(self, ckpt, name, item)
+            _load(self, ckpt, name, item)
             loaded.append(name)
         return loaded
 
@@ -274,23 +263,35 @@ class KeepsWhatLoadedBeforeAFailure(BaseTrainer):
     items loaded before it restored (it never puts them back)."""
 
     def _restore_items(self, ckpt: dict[str, Any]) -> list[str]:
-        items = {n: i for n, i in self.ckpt_items.items() if n != "model"}
-        for name, item in items.items():
-            if f"{name}_state_dict" not in ckpt:
-                raise self._resume_error(f"'{name}' is registered but the checkpoint carries "
-                                         f"no {name}_state_dict")
-            here = f"{type(item).__module__}.{type(item).__qualname__}"
-            if ckpt.get(f"{name}_class", here) != here:
-                raise self._resume_error(f"'{name}' is a {here} but the checkpoint holds a "
-                                         f"{ckpt[f'{name}_class']}")
-        loaded = []
-        for name, item in items.items():
-            try:
-                item.load_state_dict(ckpt[f"{name}_state_dict"])
-            except (ValueError, RuntimeError, KeyError, TypeError) as e:
-                raise self._resume_error(f"cannot restore '{name}': {e}") from None
-            loaded.append(name)
-        return loaded
+        for name, item in _items(self):
+            _refuse_unfit(self, ckpt, name, item)
+        for name, item in _items(self):
+            _load(self, ckpt, name, item)
+        return [name for name, _ in _items(self)]
+
+
+def _items(trainer: BaseTrainer) -> list[tuple[str, Any]]:
+    """The registered items a resume restores (all but the model), in registration order."""
+    return [(n, i) for n, i in trainer.ckpt_items.items() if n != "model"]
+
+
+def _refuse_unfit(trainer: BaseTrainer, ckpt: dict[str, Any], name: str, item: Any) -> None:
+    """The reference's refusal of an item the checkpoint lacks or holds of another class."""
+    if f"{name}_state_dict" not in ckpt:
+        raise trainer._resume_error(f"'{name}' is registered but the checkpoint carries "
+                                    f"no {name}_state_dict")
+    here = f"{type(item).__module__}.{type(item).__qualname__}"
+    if ckpt.get(f"{name}_class", here) != here:
+        raise trainer._resume_error(f"'{name}' is a {here} but the checkpoint holds a "
+                                    f"{ckpt[f'{name}_class']}")
+
+
+def _load(trainer: BaseTrainer, ckpt: dict[str, Any], name: str, item: Any) -> None:
+    """Load one item, a failure raised as the reference's resume error (nothing put back)."""
+    try:
+        item.load_state_dict(ckpt[f"{name}_state_dict"])
+    except (ValueError, RuntimeError, KeyError, TypeError) as e:
+        raise trainer._resume_error(f"cannot restore '{name}': {e}") from None
 
 
 @mutant_of("check_resume_is_bitwise_exact_under_several_ranks",
