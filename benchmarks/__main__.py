@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from benchmarks import (
+    bench_audit,
     bench_breakdown,
     bench_checkpoint,
     bench_matrix,
@@ -31,8 +32,9 @@ from benchmarks import (
 )
 from benchmarks.machine import describe
 from benchmarks.report import Results, earlier_run_lengths, render
+from benchmarks.workload import SIZES
 
-BENCHMARKS = ("suite", "profile", "world", "matrix", "trainer", "checkpoint", "team")
+BENCHMARKS = ("suite", "profile", "world", "matrix", "trainer", "checkpoint", "team", "audit")
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 T = TypeVar("T")
 
@@ -149,12 +151,14 @@ def measure(args: argparse.Namespace) -> Results:
                      "torch.save/torch.load", lambda: bench_checkpoint.run(quick=quick))
     team = run("team", "a team's trainer: the worked adapters' checks, the trainer's time and "
                "the suite's", lambda: bench_team.measure(repeats=1 if quick else 3))
+    audit = run("audit", "audit mode's overhead: the reference audited vs plain, per step",
+                lambda: bench_audit.measure(SIZES[0], repeats=5 if quick else 15))
     earlier = earlier_run_lengths(args.out.read_text()) if args.out.is_file() else {}
     return Results(
         command=_command(args), is_quick=quick, started=started, is_subset=args.is_subset,
         elapsed_s=time.perf_counter() - began, machine=machine,
         load_after=os.getloadavg()[0], suite=suite, startup=startup, breakdown=breakdown,
-        world=world, matrix=matrix, trainer=trainer, team=team,
+        world=world, matrix=matrix, trainer=trainer, team=team, audit=audit,
         checkpoint=None if checkpoint is None else checkpoint[0],
         save_profile=None if checkpoint is None else checkpoint[1],
         timings_s=run.timings_s, earlier=earlier)

@@ -20,12 +20,13 @@ from pathlib import Path
 import torch
 
 from benchmarks.bench_trainer import BenchTrainer
+from benchmarks.report_common import SECTIONS, ms, table, x
 from benchmarks.stats import Spread, interleaved, paired_ratios
 from benchmarks.workload import SEED, SIZES, Clock, ModelSize
 from trainspec.kit import audited
 from trainspec.reference.config import CkptConfig, TestConfig, TrainConfig, ValConfig
 
-__all__ = ["AuditOverhead", "measure"]
+__all__ = ["AuditOverhead", "audit_rows", "audit_section", "measure"]
 
 BOUND = 1.01
 
@@ -63,14 +64,33 @@ def measure(size: ModelSize, *, repeats: int) -> AuditOverhead:
                          ratio=paired_ratios(samples["audited"], samples["plain"]))
 
 
+def audit_rows(cost: AuditOverhead) -> list[list[str]]:
+    """The summary's row: audit mode's cost per step."""
+    return [[f"audit mode per step, audited / plain reference, {cost.size.name}, checkpoints on",
+             x(cost.ratio, 3), f"≤ {BOUND}x",
+             "**yes**" if cost.ratio.median <= BOUND else "**no**"]]
+
+
+def audit_section(cost: AuditOverhead) -> list[str]:
+    return [f"## {SECTIONS['audit']}. Audit mode's overhead", "",
+            "`benchmarks/bench_audit.py`: the trainer benchmark's reference trainer "
+            "(section 5's model, data and epoch, checkpoints on, one thread) with and without "
+            "`trainspec.kit.audited`, which also writes the run's audit log (an event per epoch "
+            "and validation, each with a digest of the weights and a listing of the run "
+            "folder). The two arms run interleaved in one process; the ratio is paired per "
+            "repeat, time per optimizer step.", "",
+            *table(["model", "plain, per step", "audited, per step", "audited / plain"],
+                   [[cost.size.name, ms(cost.plain_step_s, 3), ms(cost.audited_step_s, 3),
+                     f"**{x(cost.ratio, 3)}**"]])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_audit")
     parser.add_argument("--quick", action="store_true", help="5 repeats instead of 15")
     args = parser.parse_args()
-    result = measure(SIZES[0], repeats=5 if args.quick else 15)
-    verdict = "yes" if result.ratio.median <= BOUND else "no"
-    print(f"| audit mode per step, audited / plain reference, {result.size.name}, checkpoints "
-          f"on | {result.ratio.fmt(3, 'x')} | <= {BOUND}x | {verdict} |")
+    cost = measure(SIZES[0], repeats=5 if args.quick else 15)
+    print("\n".join([*audit_section(cost), "",
+                     *table(["what", "measured", "target", "met"], audit_rows(cost))]))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from benchmarks.bench_audit import AuditOverhead, audit_rows, audit_section
 from benchmarks.bench_breakdown import Breakdown
 from benchmarks.bench_checkpoint import CheckpointCost, SaveProfile
 from benchmarks.bench_matrix import MatrixCost
@@ -59,6 +60,7 @@ class Results:
     checkpoint: list[CheckpointCost] | None = None
     save_profile: SaveProfile | None = None
     team: TeamCost | None = None
+    audit: AuditOverhead | None = None
     timings_s: dict[str, float] = field(default_factory=dict)  # benchmark -> its seconds
     earlier: dict[str, RunLength] = field(default_factory=dict)  # the other mode's last run
 
@@ -122,6 +124,8 @@ def render(r: Results) -> str:
         lines += checkpoint_section(r.checkpoint, r.save_profile)
     if r.team is not None:
         lines += team_section(r.team)
+    if r.audit is not None:
+        lines += audit_section(r.audit)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -139,6 +143,8 @@ def _summary_rows(r: Results) -> list[list[str]]:
         rows += checkpoint_rows(r.checkpoint)
     if r.team is not None:
         rows += team_rows(r.team)
+    if r.audit is not None:
+        rows += audit_rows(r.audit)
     return rows
 
 

@@ -10,7 +10,7 @@ __all__ = ["SECTIONS", "met", "ms", "seconds", "table", "x"]
 
 # section numbers, fixed whichever benchmarks ran, so sections can point at each other
 SECTIONS = {"suite": 1, "profile": 2, "world": 3, "matrix": 4, "trainer": 5, "checkpoint": 6,
-            "team": 7}
+            "team": 7, "audit": 8}
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -37,7 +37,11 @@ EXTRA = {"reference/example.py": {"torchmetrics"}, "adapters/base_trainer.py": {
          "adapters/hf/task.py": {"torchmetrics"},
          "adapters/keras/run.py": {"keras"}, "adapters/keras/files.py": {"h5py"},
          "adapters/poutyne/run.py": {"poutyne"},
-         "adapters/skorch/__init__.py": {"skorch"}, "adapters/skorch/run.py": {"skorch"}}
+         "adapters/skorch/__init__.py": {"skorch"}, "adapters/skorch/run.py": {"skorch"},
+         # the ready audit callbacks (trainspec audit), one per framework
+         **{f"adapters/{fw}/audit.py": {fw} for fw in ("lightning", "ignite", "keras",
+                                                        "poutyne", "skorch")},
+         "adapters/hf/audit.py": {"transformers"}}
 # optional everywhere, imported inside a function only: numpy's RNG is saved when numpy exists
 OPTIONAL = frozenset({"numpy"})
 

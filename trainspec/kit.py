@@ -24,7 +24,9 @@ typed and documented, what every adapter needs:
   (hooks before and after a framework runner's own);
 - audit mode for a team's real runs (``trainspec audit``): :func:`audited` (a seed-shaped
   trainer), :class:`AuditLog` (a ``RunContext`` a :class:`Recorder` reports into, writing the
-  run folder's audit log), :class:`AuditConfig`, :func:`audit_config`, :func:`weights_digest`.
+  run folder's audit log), :class:`AuditHooks` (a framework's hooks: a validation held until its
+  callbacks decided; the base of the ready callbacks in ``trainspec.adapters.<framework>.audit``),
+  :func:`shared_run_id`, :class:`AuditConfig`, :func:`audit_config`, :func:`weights_digest`.
 
 Importing it imports torch; adapters run in the suite's worker processes, next to the trainer.
 """
@@ -41,6 +43,7 @@ from trainspec.conformance.run.adapter import (
     NamesRootCauses,
     RunContext,
 )
+from trainspec.conformance.run.audithooks import AuditHooks, shared_run_id
 from trainspec.conformance.run.auditlog import AuditConfig, AuditLog, weights_digest
 from trainspec.conformance.run.auditseed import audit_config, audited
 from trainspec.conformance.run.files import (
@@ -112,6 +115,7 @@ __all__ = [
     "Adapter",
     "AdapterError",
     "AuditConfig",
+    "AuditHooks",
     "AuditLog",
     "Capability",
     "CheckpointRead",
@@ -164,6 +168,7 @@ __all__ = [
     "read_checkpoint",
     "rng_digests",
     "scripted_score",
+    "shared_run_id",
     "snapshot_file",
     "task_data",
     "task_model",

@@ -72,30 +72,53 @@ def _improvements(seq: Validations) -> list[CheckResult]:
     return out
 
 
+def _stop_divergence(seq: Validations) -> tuple[str, Step | None]:
+    """The first stop decision that differs from the oracle's: its evidence ("" when none
+    does) and, when a non-finite score caused it, that score's validation (NAN-3's fault
+    alone, charged there: PAT-1 and PAT-2 judge the decisions at finite scores; PAT-3's own
+    situation, a non-improvement below start_patience, stays charged)."""
+    assert seq.outcome is not None
+    stopped = next((i for i, s in enumerate(seq.steps) if s.stop), None)
+    expected = None if seq.outcome.stop_epoch is None else len(seq.outcome.decisions) - 1
+    is_complete = bool(seq.steps[-1].log.of("end"))
+    if stopped is None and expected is not None and (is_complete
+                                                     or expected < len(seq.steps) - 1):
+        at, evidence = expected, (_mismatch(seq, expected, "a stop", False, True)
+                                  + "; the run went on (PAT-1.3: never later)")
+    elif stopped is not None and (expected is None or stopped < expected):
+        at, evidence = stopped, (_mismatch(seq, stopped, "a stop", True, False)
+                                 + "; the run stopped there (PAT-1.2: never earlier)")
+    elif stopped is not None and expected is not None and stopped > expected:
+        at, evidence = expected, (_mismatch(seq, expected, "a stop", False, True)
+                                  + f"; the run stopped only at {seq.steps[stopped].name}")
+    else:
+        return "", None
+    # the cause: the divergent validation's own non-finite score, or an earlier non-finite
+    # score the trainer took as an improvement against the oracle (its patience reset there);
+    # not the val.first validation's, which PAT-1.4 governs whatever its score
+    decisions = seq.outcome.decisions
+    cause = next((s for k, s in enumerate(seq.steps[: at + 1]) if not math.isfinite(s.score)
+                  and (k == at or (k < len(decisions) and s.improved is not None
+                                   and s.improved != decisions[k].improved))), None)
+    return evidence, None if cause is None or cause.epoch is None else cause
+
+
 def _stops(seq: Validations) -> list[CheckResult]:
     assert seq.outcome is not None
     cfg, outcome = seq.config, seq.outcome
-    stopped = next((i for i, s in enumerate(seq.steps) if s.stop), None)
-    expected = None if outcome.stop_epoch is None else len(outcome.decisions) - 1
-    is_complete = bool(seq.steps[-1].log.of("end"))
-    evidence = ""
-    if stopped is None and expected is not None and (is_complete
-                                                     or expected < len(seq.steps) - 1):
-        evidence = (_mismatch(seq, expected, "a stop", False, True)
-                    + "; the run went on (PAT-1.3: never later)")
-    elif stopped is not None and (expected is None or stopped < expected):
-        evidence = (_mismatch(seq, stopped, "a stop", True, False)
-                    + "; the run stopped there (PAT-1.2: never earlier)")
-    elif stopped is not None and expected is not None and stopped > expected:
-        evidence = (_mismatch(seq, expected, "a stop", False, True)
-                    + f"; the run stopped only at {seq.steps[stopped].name}")
+    evidence, nan_step = _stop_divergence(seq)
     ok = not evidence
     same = f"stop decisions equal the oracle's on the scores {seq.scores_text()}"
     out = []
 
     def judge(clause: str, is_met: Callable[[Step, int], bool], why: str) -> None:
         met = any(is_met(s, k) for k, s in enumerate(seq.steps))
-        if not ok and met:
+        if nan_step is not None and met and clause in ("PAT-1", "PAT-2"):
+            out.append(result("audit_stops_match_the_oracle", clause, "passed",
+                              "stop decisions at finite scores equal the oracle's; the one "
+                              "that differs follows the non-finite score of "
+                              f"{nan_step.name}: NAN-3's fault, charged there"))
+        elif not ok and met:
             out.append(result("audit_stops_match_the_oracle", clause, "failed", evidence))
         elif met:
             out.append(result("audit_stops_match_the_oracle", clause, "passed", same))

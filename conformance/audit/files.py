@@ -32,7 +32,9 @@ def judge_files(run: AuditedRun, seq: Validations) -> list[CheckResult]:
     cfg = run.first.main.config
     out = _debug_files(run)
     if cfg.debug or not cfg.ckpt_enable:
-        why = "debug mode" if cfg.debug else "checkpointing is off (ckpt.enable=false)"
+        why = "debug mode" if cfg.debug else "checkpointing is off (ckpt.enable=false)" \
+            if cfg.ckpt_enable is False else "the log does not describe the trainer's " \
+            "checkpoint files (ckpt.enable is null: a framework's own file layout)"
         return out + [result("audit_files", c, "n/a", f"not observable from this run: {why}")
                       for c in ("CKPT-1", "BEST-3", "CKPT-5")]
     left = [launch.main.run_dir / name for launch in run.launches

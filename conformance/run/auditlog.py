@@ -196,12 +196,14 @@ class AuditLog:
 
     # ----------------------------------------------------------------- events
 
-    def validation(self, *, epoch: int, phase: str, score: float, improved: bool, stop: bool,
-                   weights: Mapping[str, torch.Tensor] | str, train_step: int | None = None
-                   ) -> None:
-        """A validation with the trainer's own verdicts, and the run folder right after."""
+    def validation(self, *, epoch: int, phase: str, score: float, improved: bool | None,
+                   stop: bool, weights: Mapping[str, torch.Tensor] | str,
+                   train_step: int | None = None) -> None:
+        """A validation with the trainer's own verdicts, and the run folder right after
+        (``improved`` None: the trainer keeps no best model, so there is no verdict to judge)."""
         self.event("val", epoch=epoch, phase=phase, score=json_score(score),
-                   improved=bool(improved), stop=bool(stop), train_step=train_step,
+                   improved=None if improved is None else bool(improved), stop=bool(stop),
+                   train_step=train_step,
                    weights=weights if isinstance(weights, str) else weights_digest(weights),
                    files=folder_listing(self.run_dir))
 
