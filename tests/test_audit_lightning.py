@@ -35,7 +35,8 @@ class _Interrupt(Exception):
 
 
 def _fit(root: Path, scores: Sequence[float], *, resume: bool = False,
-         die_at: int | None = None, every_n: int = 1, epochs: int | None = None) -> None:
+         die_at: int | None = None, every_n: int = 1, epochs: int | None = None,
+         debug: bool = False) -> None:
     from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
     from trainspec.adapters.lightning.audit import audit_callback
@@ -74,14 +75,14 @@ def _fit(root: Path, scores: Sequence[float], *, resume: bool = False,
     trainer = lightning.Trainer(
         max_epochs=epochs or len(scores), accelerator="cpu", logger=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        check_val_every_n_epoch=every_n, default_root_dir=root,
+        check_val_every_n_epoch=every_n, default_root_dir=root, fast_dev_run=debug,
         callbacks=[audit_callback(), Dies(),
                    ModelCheckpoint(dirpath=root, filename="best", monitor="val_loss",
                                    mode="min", save_last=True),
                    EarlyStopping(monitor="val_loss", mode="min", patience=2)])
     module = Scripted()
     trainer.fit(module, loader, loader, ckpt_path=str(root / "last.ckpt") if resume else None)
-    trainer.test(module, loader, ckpt_path="best", verbose=False)
+    trainer.test(module, loader, ckpt_path=None if debug else "best", verbose=False)
 
 
 def _run(root: Path, scores: Sequence[float], **options: Any) -> dict[str, tuple[str, str]]:
@@ -123,13 +124,29 @@ OFF_GRID = {
     "PAT-5": ("pass", "the one decision is the oracle's"),
 }
 
+DEBUG = {
+    "LOOP-1": ("pass", "fast_dev_run trains one epoch, its own schedule"),
+    "LOOP-2": ("pass", "and validates it"),
+    "DBG-2": ("pass", "one epoch"),
+    "DBG-4": ("pass", "its one batch steps the optimizer"),
+    # under fast_dev_run ModelCheckpoint still writes last.ckpt when training ends
+    "DBG-3": ("fail", "ModelCheckpoint.on_train_end"),
+    # fast_dev_run suppresses ModelCheckpoint's bookkeeping, the only place Lightning tracks a
+    # best score: nothing is an improvement (check's BEST-1 cause, with checkpointing off)
+    "BEST-1": ("fail", "_CallbackConnector._configure_checkpoint_callbacks"),
+    "PAT-5": ("fail", "the same improvement verdict"),
+    "PAT-1": ("pass", "one validation, no stop due"),
+    "BEST-4": ("pass", "no improvement by the trainer: the test saw the final weights"),
+}
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("scores", "options", "expected"), [
     ((0.5, 0.4, 0.4, 0.45, 0.3, 0.35), {}, PLAIN),
     ((math.nan, 0.5, 0.4, 0.4, 0.45, 0.46), {}, FIRST_NAN),
     ((0.5, 0.4, 0.3), {"every_n": 2}, OFF_GRID),
-], ids=["plain", "first-nan", "off-grid"])
+    ((0.5, 0.4, 0.3), {"debug": True}, DEBUG),
+], ids=["plain", "first-nan", "off-grid", "debug"])
 def test_the_audit_of_a_real_lightning_run_agrees_with_check(
         tmp_path: Path, scores: Sequence[float], options: dict[str, Any],
         expected: dict[str, tuple[str, str]]) -> None:

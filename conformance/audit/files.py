@@ -24,6 +24,11 @@ from trainspec.conformance.spec.results import CheckResult
 __all__ = ["judge_files"]
 
 _EPOCH_FILE = re.compile(r"epoch_(\d+)\.pt$")
+# what a debug run must not write (DBG-3): the checkpoint files of the reference and of every
+# framework the ready audit callbacks serve (Keras archives and HDF5 weights, HF's safetensors
+# and .bin weights, skorch's pickled parameters)
+_CHECKPOINT_SUFFIXES = (".pt", ".ckpt", ".pth", ".safetensors", ".bin", ".keras", ".h5",
+                        ".pkl")
 _HOLDS = ("epoch", "train_step", "run_id", "config", "model_state_dict")
 Listing = Mapping[str, list[int]]
 
@@ -60,7 +65,7 @@ def _debug_files(run: AuditedRun) -> list[CheckResult]:
         return [result("audit_debug_writes_no_checkpoint", "DBG-3", "n/a",
                        "not observable from this run: not in debug mode")]
     written = sorted(n for launch in run.launches for n in _last_listing(launch.main)
-                     if n.endswith((".pt", ".ckpt", ".pth", ".safetensors")))
+                     if n.endswith(_CHECKPOINT_SUFFIXES))
     if written:
         return [result("audit_debug_writes_no_checkpoint", "DBG-3", "failed",
                        f"a debug run left checkpoint files {written[:6]} in "

@@ -4,6 +4,7 @@ best weights and what the test saw (BEST-2, BEST-4), and debug runs (DBG-2, DBG-
 from __future__ import annotations
 
 from trainspec.conformance.audit.decisions import result
+from trainspec.conformance.audit.logs import Log
 from trainspec.conformance.audit.runs import AuditedRun, Launch
 from trainspec.conformance.audit.sequence import Validations
 from trainspec.conformance.spec.oracle import expected_validations
@@ -90,18 +91,38 @@ def _eval_only(run: AuditedRun) -> CheckResult:
     if log.of("train_start") or len(set(steps)) > 1:
         return result(name, "LOOP-3", "failed", f"num_epochs=0 but the run trained "
                       f"(steps {steps}) at {log.where()}")
+    raised = _raised(log)
+    missing = [what for what, due, seen in (
+        ("the val.first validation", cfg.val_first, log.of("val")),
+        ("the test pass", cfg.test_enable, log.of("test"))) if due and not seen]
+    if raised is not None or (missing and run.first.has_ended):
+        why = f"the run raised {raised}" if raised is not None else "the run returned"
+        return result(name, "LOOP-3", "failed", f"num_epochs=0: {why} without "
+                      f"{' and '.join(missing) or 'finishing'} (LOOP-3.2: they still run as "
+                      f"configured) at {log.where()}")
     return result(name, "LOOP-3", "passed", "num_epochs=0: no training, no optimizer step")
+
+
+def _raised(log: Log) -> str | None:
+    """The error a launch's trainer raised, from its close line (None: it returned, or was
+    killed and left no close line)."""
+    raised = (log.closed or {}).get("raised")
+    return None if raised is None else str(raised)
 
 
 def _test_pass(run: AuditedRun) -> CheckResult:
     name, cfg, launch = "audit_test_pass_runs_once_after_the_loop", run.last.main.config, \
         run.last
-    if cfg.test_enable is None or not launch.has_ended:
+    if cfg.test_enable is None or not (launch.has_ended or _raised(launch.main)):
         return result(name, "LOOP-4", "n/a", "not observable from this run: " + (
             "the trainer has no test.enable" if cfg.test_enable is None
             else "its last launch did not return"))
     log = launch.main
     tests = log.of("test")
+    raised = _raised(log)
+    if cfg.test_enable and not tests and raised is not None and _loop_done(launch):
+        return result(name, "LOOP-4", "failed", f"with test.enable the run raised {raised} "
+                      f"after its loop, before the test pass (LOOP-4.1) at {log.where()}")
     last_loop = max((e.line for e in log.events if e.kind in ("val", "train_end")), default=0)
     if cfg.test_enable and (len(tests) != 1 or tests[0].line < last_loop):
         return result(name, "LOOP-4", "failed", f"with test.enable the test pass ran "
@@ -112,6 +133,14 @@ def _test_pass(run: AuditedRun) -> CheckResult:
                       f"(LOOP-4.4) at {log.where(tests[0])}")
     return result(name, "LOOP-4", "passed", f"test pass ran {len(tests)} time(s) with "
                   f"test.enable={cfg.test_enable}")
+
+
+def _loop_done(launch: Launch) -> bool:
+    """Every epoch the config asks for was trained, or the run stopped early."""
+    log, cfg = launch.main, launch.main.config
+    ends = [e.number("epoch") for e in log.of("train_end")]
+    return any(e.get("stop") for e in log.of("val")) or cfg.num_epochs == 0 or (
+        cfg.num_epochs is not None and bool(ends) and ends[-1] == cfg.num_epochs - 1)
 
 
 def _debug(run: AuditedRun) -> list[CheckResult]:
