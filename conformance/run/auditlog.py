@@ -198,12 +198,13 @@ class AuditLog:
 
     def validation(self, *, epoch: int, phase: str, score: float, improved: bool | None,
                    stop: bool, weights: Mapping[str, torch.Tensor] | str,
-                   train_step: int | None = None) -> None:
+                   train_step: int | None = None, pooled: bool | None = None) -> None:
         """A validation with the trainer's own verdicts, and the run folder right after
-        (``improved`` None: the trainer keeps no best model, so there is no verdict to judge)."""
+        (``improved`` None: the trainer keeps no best model, so there is no verdict to judge;
+        ``pooled``: the score is a mean the ranks pooled, None when that is not known)."""
         self.event("val", epoch=epoch, phase=phase, score=json_score(score),
                    improved=None if improved is None else bool(improved), stop=bool(stop),
-                   train_step=train_step,
+                   train_step=train_step, pooled=pooled,
                    weights=weights if isinstance(weights, str) else weights_digest(weights),
                    files=folder_listing(self.run_dir))
 

@@ -16,6 +16,7 @@ nothing is interrupted: the trainer's real scores go into the log. The log lives
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -88,6 +89,7 @@ class _Audit(_Base):  # type: ignore[misc]
         self._audit_resumed: dict[str, object] | None = None
         self._audit_trained = False
         self._audit_val: tuple[float, bool, int, str] | None = None
+        self._audit_pools: list[float] = []  # what reduce_mean returned in this validation
         self._audit_final: str | None = None
         super().__init__(cfg, *args, **kwargs)
         _open_log(self, self._audit_max_bytes)
@@ -121,6 +123,11 @@ class _Audit(_Base):  # type: ignore[misc]
         self._audit.event("train_end", epoch=epoch, train_step=int(self.train_step),
                           optimizer_steps=int(self.train_step) - step)
 
+    def reduce_mean(self, total: float, count: float) -> float:
+        pooled = float(super().reduce_mean(total, count))
+        self._audit_pools.append(pooled)
+        return pooled
+
     def save_if_best(self, score: float, metrics: Mapping[str, float] | None = None
                      ) -> bool:
         improved = bool(super().save_if_best(score, metrics))
@@ -129,7 +136,7 @@ class _Audit(_Base):  # type: ignore[misc]
         return improved
 
     def val_epoch(self) -> bool:
-        self._audit_val = None
+        self._audit_val, self._audit_pools = None, []
         stop = bool(super().val_epoch())
         held = self._take_val()
         phase = "epoch" if self._audit_trained else "first"
@@ -138,9 +145,13 @@ class _Audit(_Base):  # type: ignore[misc]
                               improved=None, stop=stop, train_step=int(self.train_step))
         else:
             score, improved, step, weights = held
+            # a score reduce_mean returned in this validation is a pooled mean (DIST-1);
+            # another (a metric object's own sync, a rank-local metric) is not known to be one
+            pooled = True if any(p == score or (math.isnan(p) and math.isnan(score))
+                                 for p in self._audit_pools) else None
             self._audit.validation(epoch=int(self.epoch), phase=phase, score=score,
                                    improved=improved, stop=stop, train_step=step,
-                                   weights=weights)
+                                   weights=weights, pooled=pooled)
         return stop
 
     def _take_val(self) -> tuple[float, bool, int, str] | None:
