@@ -120,6 +120,7 @@ LAZY_EXCEPTIONS = {
     ("conformance/report/specdocs.py", "checks"),
 }
 PURE = frozenset({"spec"})  # layers that must not import torch (no processes, no tensors)
+# selftest is one package (conformance/selftest/) at the entry points' level: no layer imports it
 TOP_LEVEL_LAYERS = frozenset({"api", "runner", "targets", "cli", "plugin", "deviations",
                               "selftest", "audit_cli"})
 

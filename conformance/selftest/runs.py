@@ -1,42 +1,26 @@
-"""The self-test (``trainspec check TARGET --self-test``): does an adapter report what the
+"""The self-test's runs and what it reads of their records: does an adapter report what the
 checks read? Each problem found is one line naming the fix.
 
 A few short runs judge the adapter's reports, not the trainer: the records every check reads
-(and their fields), 0-based epochs, the scripted scores, the trainer's decisions, the roles and
-epochs of its files, and the crash points. A trainer's own faults (an early stop one epoch
+(and their fields), 0-based epochs, the scripted scores, the trainer's decisions and the crash
+points; the files, and ``RunEnd.best_model`` read from them, in
+:mod:`~trainspec.conformance.selftest.files`. A trainer's own faults (an early stop one epoch
 late, a file that does not load weights-only) are the clauses' matter, left to the suite.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 from trainspec.conformance.checks.common import expected_outcome, make_scenario
 from trainspec.conformance.run.adapter import Capability
 from trainspec.conformance.run.scenario import CrashPoint, CrashWhere, Scenario
 from trainspec.conformance.run.trace import RankTrace, Trace
+from trainspec.conformance.selftest.files import best_model_problems, file_problems
+from trainspec.conformance.selftest.findings import Problem
 
-__all__ = ["CRASH_FIXES", "Problem", "crash_problems", "crash_scenarios", "merged",
-           "plain_problems", "plain_scenario", "run_problem", "stop_problems", "stop_scenario",
-           "summary"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Problem:
-    """One thing an adapter reports wrong or not at all, and how to fix it."""
-
-    topic: str  # records, epochs, scores, decisions, state, files, crash points, run
-    what: str  # may hold "{subject}": problems that differ in their subject only merge
-    fix: str
-    detail: str = ""  # a traceback, for -v
-    subject: str = ""
-
-    def line(self) -> str:
-        what = self.what.replace("{subject}", self.subject) if self.subject else self.what
-        return f"[{self.topic}] {what}. Fix: {self.fix}"
+__all__ = ["CRASH_FIXES", "crash_problems", "crash_scenarios", "plain_problems",
+           "plain_scenario", "run_problem", "stop_problems", "stop_scenario"]
 
 
 def plain_scenario() -> Scenario:
@@ -115,31 +99,18 @@ def plain_problems(s: Scenario, trace: Trace, capabilities: frozenset[Capability
     out += _decision_problems(s, r)
     out += _state_problems(s, r, capabilities)
     if "checkpoint" in capabilities:
-        out += _file_problems(trace)
+        out += file_problems(trace)
     return out
 
 
 def _record_problems(r: RankTrace, capabilities: frozenset[Capability],
                      trace: Trace) -> list[Problem]:
     out = []
-    best_files = [f for f in trace.files if f.role == "best"]
-    unread = next((f for f in best_files if f.error), None)
     if r.setup is None:
         out.append(Problem(topic="records", what="no Setup recorded", fix="record Setup(epoch, "
                            "train_step, train_len) once the trainer is built, after any "
                            "checkpoint is loaded (kit: Recorder.setup)"))
-    if r.end is not None and r.end.best_model is None and best_files and unread is not None \
-            and all(f.error for f in best_files):
-        out.append(Problem(topic="files", what=f"RunEnd.best_model is None because the best "
-                           f"file {unread.relpath} does not load as the trainer reads it "
-                           f"({unread.error})", fix="give the trainer's own reader "
-                           "(kit: FileLayout(load=...), or modules=(...) for the packages "
-                           "whose classes it holds)"))
-    elif r.end is not None and r.end.best_model is None:
-        out.append(Problem(topic="records", what="RunEnd.best_model is None: BEST-2, NAN-1 and "
-                           "NAN-2 compare it with the best validation's weights",
-                           fix="report the best weights the trainer keeps: in memory, or those "
-                           "of its best file (kit: FileLayout.snapshot(root, 'best').weights)"))
+    out += best_model_problems(trace)
     if "test_pass" in capabilities and not r.tests:
         out.append(Problem(topic="records", what="no TestPass recorded, though test.enable is "
                            "true and the adapter declares test_pass",
@@ -233,68 +204,6 @@ def _state_problems(s: Scenario, r: RankTrace, capabilities: frozenset[Capabilit
     return out
 
 
-# ---------------------------------------------------------------------------------- files
-
-
-def _file_problems(trace: Trace) -> list[Problem]:
-    """The files of a trainer that declares checkpoint: roles, epochs, what the records say."""
-    r = trace.rank0
-    if not trace.files:
-        return [Problem(topic="files", what="nothing was written under ctx.ckpt_root",
-                        fix="point the trainer's checkpoint folder at ctx.ckpt_root")]
-    names = ", ".join(sorted(f.relpath for f in trace.files)[:6])
-    out = []
-    roles = {f.role for f in trace.files}
-    for role, why in (("last", "the resume checks resume from it"),
-                      ("best", "BEST-3 and RES-3 read it")):
-        if role not in roles and (role == "last" or any(v.improved for v in r.validations)):
-            out.append(Problem(topic="files", what=f"no file is described as {role!r} ({why}; "
-                               f"files: {names})", fix="name the files last.pt, best.pt and "
-                               "epoch_<e>.pt, or describe your own names in "
-                               "describe_checkpoints(root) (kit: FileLayout(roles={...}))"))
-    out += _file_epoch_problems(trace)
-    out += [Problem(topic="files", what=f"{f.relpath} ({f.role}) does not load as the trainer "
-                    f"reads it: {f.error}", fix="if the trainer itself loads it, give its "
-                    "reader (kit: FileLayout(load=...), or modules=(...)); if not, it is the "
-                    "trainer's fault, which the checks will judge (nothing in it can be read)")
-            for f in trace.files if f.role in ("last", "best") and f.error]
-    last_files = [f for f in trace.files if f.role == "last" and not f.error]
-    if last_files and len(r.train_epochs) > 1 and all(
-            e.last_file_epoch is None for e in r.train_epochs[1:]):
-        out.append(Problem(topic="records", what="TrainStart.last_file_epoch is never given, "
-                           "though 'last' files exist (CKPT-1 and DIST-4 read it)",
-                           fix="report the epoch the newest last file records (kit: "
-                           "Recorder(files=FileLayout(...)) does)"))
-    best_files = [f for f in trace.files if f.role == "best" and not f.error]
-    improved = [v for v in r.validations if v.improved]
-    if best_files and improved and all(v.best_file is None for v in improved):
-        out.append(Problem(topic="records", what="Validation.best_file is never given, though "
-                           "'best' files exist (BEST-3 reads it)", fix="report a snapshot of "
-                           "the newest best file after each validation (kit: "
-                           "Recorder(files=FileLayout(...)) does)"))
-    return out
-
-
-def _file_epoch_problems(trace: Trace) -> list[Problem]:
-    trained = trace.rank0.epochs_trained
-    if not trained:
-        return []
-    out = []
-    for f in trace.files:
-        if f.role is None or f.error:
-            continue
-        if f.epoch is None:
-            out.append(Problem(topic="files", what=f"{f.relpath} ({f.role}) is described with "
-                               "no epoch", fix="read the epoch the file records (kit: "
-                               "FileLayout(keys={'epoch': ...}))"))
-        elif f.epoch > max(trained):
-            out.append(Problem(topic="epochs", what=f"{f.relpath} ({f.role}) is described as "
-                               f"epoch {f.epoch}, after epochs {trained}: 1-based (or the next "
-                               "epoch to run)", fix="describe the epoch a file was written "
-                               "after, 0-based (kit: FileLayout(epoch_base=1))"))
-    return out[:3]
-
-
 # ---------------------------------------------------------------------- stop, crash points
 
 
@@ -337,29 +246,3 @@ def crash_problems(s: Scenario, trace: Trace) -> list[Problem]:
                         fix=f"{_ZERO_BASED}; call crash points with the epoch the records carry "
                         f"({_RECORDER})")]
     return []
-
-
-def merged(problems: Sequence[Problem]) -> list[Problem]:
-    """``problems`` with those of the same topic and fix made one (the crash points of a
-    trainer that gives them 1-based epochs, say), their subjects listed."""
-    out: list[Problem] = []
-    seen: dict[tuple[str, str], int] = {}
-    for p in problems:
-        key = (p.topic, p.fix)
-        if key not in seen or p.topic != "epochs":
-            seen[key] = len(out)
-            out.append(p)
-            continue
-        first = out[seen[key]]
-        if first.subject and p.subject:
-            joined = dataclasses.replace(first, subject=f"{first.subject}, {p.subject}")
-        else:
-            joined = dataclasses.replace(first, what=f"{first.what}; {p.what}")
-        out[seen[key]] = joined
-    return out
-
-
-def summary(problems: Sequence[Problem]) -> str:
-    if not problems:
-        return "no problem found: the adapter reports what the checks read"
-    return f"{len(problems)} problem{'s' if len(problems) != 1 else ''} found"

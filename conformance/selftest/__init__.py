@@ -1,9 +1,13 @@
 """``trainspec check TARGET --self-test``: a few short runs that validate an adapter's reports
 before anyone runs the whole suite; one line per problem, each naming its fix.
 
-The runs and what is judged of them are in :mod:`trainspec.conformance.checks.selftest`. Exit
-status (through the CLI): 0 when nothing is wrong, 1 when something is, 2 when the target is
-not an adapter at all (as for any check).
+One package, an entry point beside the CLI (it may import the checks' helpers; no layer
+imports it): this module runs the scenarios; :mod:`.runs` holds them and reads their records,
+:mod:`.files` the files they left, :mod:`.findings` the lines. A fact of the trainer (a file
+that records no epoch, a file its own reader cannot read) is named with the checks that will
+judge it and does not fail the self-test. Exit status (through the CLI): 0 when the adapter
+has no problem, 1 when it has one, 2 when the target is not an adapter at all (as for any
+check).
 """
 
 from __future__ import annotations
@@ -13,31 +17,30 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from trainspec.conformance.checks.selftest import (
-    Problem,
+from trainspec.conformance.run.harness import Harness
+from trainspec.conformance.runner import open_context
+from trainspec.conformance.selftest.findings import Problem, merged, summary
+from trainspec.conformance.selftest.runs import (
     crash_problems,
     crash_scenarios,
-    merged,
     plain_problems,
     plain_scenario,
     stop_problems,
     stop_scenario,
-    summary,
 )
-from trainspec.conformance.run.harness import Harness
-from trainspec.conformance.runner import open_context
 
 if TYPE_CHECKING:
     from trainspec.conformance.api import Plan
 
-__all__ = ["SELF_TEST_TIMEOUT_S", "SelfTest", "self_test"]
+__all__ = ["SELF_TEST_TIMEOUT_S", "Problem", "SelfTest", "self_test"]
 
 SELF_TEST_TIMEOUT_S = 30.0  # each run is a few epochs of the tiny task: milliseconds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SelfTest:
-    """What the self-test found: the problems, the runs made, how long it took."""
+    """What the self-test found: the adapter's problems and the trainer's facts, the runs
+    made, how long it took."""
 
     target: str
     problems: tuple[Problem, ...]
@@ -46,7 +49,8 @@ class SelfTest:
 
     @property
     def passed(self) -> bool:
-        return not self.problems
+        """No problem of the adapter's (the trainer's facts are the checks' to judge)."""
+        return not any(not p.is_trainer_fact for p in self.problems)
 
     def lines(self, *, verbose: bool = False) -> list[str]:
         out = [p.line() for p in self.problems]
