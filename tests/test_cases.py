@@ -8,13 +8,9 @@ behind several clauses, grouped in every writer.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
-from tests.harnesses import repo_harness
 from trainspec.conformance.checks import CHECKS, CheckContext, CheckFailed, NotApplicable
 from trainspec.conformance.checks.base import CheckSpec, run_check
 from trainspec.conformance.report import json_io, junit
@@ -152,12 +148,6 @@ def test_cases_do_not_nest(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------- a mutant with two slips
-
-@pytest.fixture(scope="module")
-def harness() -> Iterator[Harness]:
-    with repo_harness(resolve_target("reference").adapter, timeout_s=60) as h:
-        yield h
-
 
 def test_a_mutant_with_two_slips_in_one_clause_shows_both_in_every_writer(
         harness: Harness, tmp_path: Path) -> None:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import torch
 
-from tests.harnesses import repo_harness
 from trainspec.conformance.checks import CHECKS, run_check
 from trainspec.conformance.run.files import FileRecord, describe_seed_files, seed_role
 from trainspec.conformance.run.harness import AdapterSpec, Harness
@@ -46,12 +43,6 @@ def test_describing_a_malicious_checkpoint_records_an_error_and_runs_nothing(
     (record,) = describe_seed_files(tmp_path)
     assert record.error
     assert not marker.exists()
-
-
-@pytest.fixture
-def harness() -> Iterator[Harness]:
-    with repo_harness(resolve_target("reference").adapter) as h:
-        yield h
 
 
 def test_the_checks_read_the_adapters_own_description_of_its_files(harness: Harness) -> None:

@@ -139,6 +139,48 @@ def test_a_verdict_never_given_is_the_adapters_error(tmp_path: Path) -> None:
         rec.decide(stop=False)
 
 
+def test_the_recorder_reports_the_evaluation_loaders_debug_mode_truncates(tmp_path: Path
+                                                                           ) -> None:
+    rec, ctx, _ = _recorder(tmp_path)
+    rec.train_start(1)
+    rec.train_end(1, batches=1, loader_len=1,
+                  eval_lens={"val_loader": 1, "test_loader": 1, "eval_loader": None})
+    rec.train_start(2)
+    # the batches a validation really drew, counted by the adapter, may differ from len()
+    rec.train_end(2, batches=1, loader_len=1, eval_lens={"val_loader": 1},
+                  eval_batches={"val_loader": 2})
+    first, second = (r for r in ctx.records if isinstance(r, kit.TrainEnd))
+    assert (dict(first.eval_lens), dict(first.eval_batches)) == (
+        {"val_loader": 1, "test_loader": 1, "eval_loader": None},
+        {"val_loader": 1, "test_loader": 1, "eval_loader": None})
+    assert (dict(second.eval_lens), dict(second.eval_batches)) == ({"val_loader": 1},
+                                                                   {"val_loader": 2})
+
+
+def test_a_train_end_without_evaluation_loaders_reports_none_to_judge(tmp_path: Path) -> None:
+    rec, ctx, _ = _recorder(tmp_path)
+    rec.train_end(1, batches=3, loader_len=3)
+    (end,) = [r for r in ctx.records if isinstance(r, kit.TrainEnd)]
+    assert (dict(end.eval_lens), dict(end.eval_batches)) == ({}, {})
+
+
+def test_a_scheduler_built_inside_train_is_captured_from_the_epoch_it_is_given(
+        tmp_path: Path) -> None:
+    rec, ctx, _ = _recorder(tmp_path)
+    assert rec.optimizer is not None
+    rec.train_start(1)  # the trainer's train() has not built its scheduler yet
+    scheduler = torch.optim.lr_scheduler.StepLR(rec.optimizer, step_size=1, gamma=0.5)
+    rec.train_start(2, schedulers=[scheduler])
+    rec.optimizer.step()
+    scheduler.step()
+    rec.train_start(3)  # kept for the later epochs, captured as it is then
+    states = [r.state.scheduler for r in ctx.records if isinstance(r, kit.TrainStart)]
+    assert states[0] is None
+    assert isinstance(states[1], dict)
+    assert isinstance(states[2], dict)
+    assert (states[1]["last_epoch"], states[2]["last_epoch"]) == (0, 1)
+
+
 class _Trainer:
     def save(self, state: dict[str, int], is_best: bool) -> str:
         return "saved"

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harnesses import repo_harness
 from tests.mutants.registry import MutantOf, declarations, mutant_of
 from trainspec.conformance.checks import CHECKS, run_check
 from trainspec.conformance.run.harness import Harness
@@ -30,13 +28,6 @@ PAIRS = declarations()
 PAIRS_BEFORE = 64
 CLAUSE_PREFIX = re.compile(r"[A-Z]+-\d+:")  # "RES-3:", which may move to the report writer
 RUN_BROKE = re.compile(r"scenario '[^']*': (the run \w+)")  # how RunBroke's evidence starts
-
-
-@pytest.fixture(scope="module")
-def harness() -> Iterator[Harness]:
-    # workers import the mutants as tests.mutants.*, from the repository root
-    with repo_harness(resolve_target("reference").adapter, timeout_s=60) as h:
-        yield h
 
 
 def run_one(harness: Harness, base_trainer: str, check_name: str) -> CheckResult:

@@ -8,12 +8,8 @@ asserts the new verdicts and their evidence.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.harnesses import repo_harness
 from trainspec.conformance.report.json_io import from_json, to_json
 from trainspec.conformance.report.text import format_table, to_markdown
 from trainspec.conformance.run.harness import Harness
@@ -21,12 +17,6 @@ from trainspec.conformance.runner import resolve_target, run_checks
 from trainspec.conformance.spec.results import CheckResult, Report
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def harness() -> Iterator[Harness]:
-    with repo_harness(resolve_target("reference").adapter, timeout_s=60) as h:
-        yield h
 
 
 def _check(harness: Harness, trainer: str, clauses: str) -> Report:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
+import sys
 from pathlib import Path
 
+from trainspec.conformance.checks import CHECKS
 from trainspec.conformance.checks.uses import (
     ADAPTER_RECORDS,
     flat_defaults,
@@ -14,7 +18,12 @@ from trainspec.conformance.checks.uses import (
 from trainspec.conformance.report.scenario_page import render_scenario_reference
 from trainspec.conformance.run import records
 from trainspec.conformance.run.adapter import CAPABILITIES
-from trainspec.conformance.spec.scenario_keys import CAPABILITY_MEANINGS, FIELD_RULES, KEYS
+from trainspec.conformance.spec.scenario_keys import (
+    CAPABILITY_MEANINGS,
+    FIELD_RULES,
+    KEYS,
+    LOAD_FROM,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,3 +62,18 @@ def test_the_published_page_is_the_one_the_code_writes() -> None:
                                      record_fields())
     assert (ROOT / "docs" / "spec" / "scenario.md").read_text(encoding="utf-8") == page
     assert "| `ckpt.load_from` | `null` |" in page
+
+
+def test_what_the_reference_says_ckpt_load_from_holds_is_what_the_checks_give() -> None:
+    held = " ".join(text for _, text in LOAD_FROM)
+    named = set(re.findall(r"`([^`]+)`", held))  # the paths the rows quote
+    assert named >= {"nowhere/missing-ckpt.pt", "corrupt-last.pt", "garbage-last.pt"}
+    # the code of the modules that hold the checks of CKPT-3 and CKPT-4
+    specs = {spec.clauses: spec for spec in CHECKS.values()
+             if spec.clauses in {("CKPT-3",), ("CKPT-4",)}}
+    code = "".join(inspect.getsource(sys.modules[spec.func.__module__])
+                   for spec in specs.values())
+    assert {name for name in named if f'"{name}"' not in code} == set()
+    # CKPT-3's row says any trainer that checkpoints gets it, resume or not
+    assert specs[("CKPT-3",)].requires == {"checkpoint"}
+    assert any("CKPT-3" in run and "resume or not" in run for run, _ in LOAD_FROM)

@@ -5,7 +5,10 @@ guide "Check your trainer in five minutes" and "The adapter contract"). This mod
 typed and documented, what every adapter needs:
 
 - the protocol: :class:`Adapter`, :class:`RunContext`, :data:`Capability` and the optional
-  protocols (:class:`DescribesCheckpoints`, ...);
+  protocols (:class:`DescribesCheckpoints`, ...), with what two of them return:
+  :class:`RootCause` (``root_causes()``: one behaviour of the trainer behind failing clauses,
+  and where its code lives) and :class:`Remedy` (``remedies()``: a documented switch that
+  should fix them);
 - the scenario: :class:`Scenario`, :class:`Task`, :class:`ScoreScript`, :class:`CrashPoint`;
 - the task every target trains: :func:`task_data`, :func:`task_model`, :func:`task_optimizer`,
   :func:`task_param_groups`, :func:`task_schedulers`;
@@ -106,6 +109,7 @@ from trainspec.conformance.run.task import (
     task_param_groups,
     task_schedulers,
 )
+from trainspec.conformance.spec.causes import Remedy, RootCause
 from trainspec.errors import AdapterError
 
 __all__ = [
@@ -138,7 +142,9 @@ __all__ = [
     "Progress",
     "Record",
     "Recorder",
+    "Remedy",
     "Role",
+    "RootCause",
     "RunContext",
     "RunEnd",
     "Scenario",

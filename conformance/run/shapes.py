@@ -88,7 +88,10 @@ class Recorder:
     before the last epoch stopped).
 
     ``files`` (with ``model``, ``optimizer``, ``schedulers`` for the state at each epoch's
-    start) fills ``last_file_epoch`` and ``best_file`` from the trainer's own files.
+    start) fills ``last_file_epoch`` and ``best_file`` from the trainer's own files. A
+    scheduler the trainer builds only once its ``train()`` runs is handed to
+    :meth:`train_start` (``schedulers=``) when the adapter first sees it; it is kept from then
+    on.
     """
 
     def __init__(self, scenario: Scenario, ctx: RunContext, *, epoch_base: int = 0,
@@ -150,10 +153,19 @@ class Recorder:
         self.ctx.record(Setup(epoch=self.zero_based(epoch), train_step=step,
                               train_len=train_len, config=config or ConfigSeen()))
 
-    def train_start(self, epoch: int, *, train_step: int | None = None) -> None:
-        """An epoch's training begins: settles a held validation (the run went on)."""
+    def train_start(self, epoch: int, *, train_step: int | None = None,
+                    schedulers: Sequence[object] | None = None) -> None:
+        """An epoch's training begins: settles a held validation (the run went on).
+
+        ``schedulers``: the trainer's LR schedulers as they are now, for a trainer that builds
+        them inside its ``train()``, where the adapter could not give them to the Recorder;
+        they replace those given before and are captured at this and every later epoch's start
+        (RES-2 compares their state).
+        """
         if self._held is not None:
             self.decide(stop=False)
+        if schedulers is not None:
+            self.schedulers = list(schedulers)
         e = self.zero_based(epoch)
         self._epoch = e
         last = None
@@ -168,14 +180,26 @@ class Recorder:
 
     def train_end(self, epoch: int, *, batches: int, loader_len: int,
                   train_step: int | None = None, optimizer_steps: int | None = None,
-                  loader_batch_size: int | None = None) -> None:
-        """An epoch's training ended (``optimizer_steps`` defaults to ``batches``)."""
+                  loader_batch_size: int | None = None,
+                  eval_lens: Mapping[str, int | None] | None = None,
+                  eval_batches: Mapping[str, int | None] | None = None) -> None:
+        """An epoch's training ended (``optimizer_steps`` defaults to ``batches``).
+
+        ``eval_lens`` and ``eval_batches`` are what DBG-1 reads of the evaluation loaders, by
+        name (``"val_loader"``, ``"test_loader"``, ``"eval_loader"``): each loader's ``len()``
+        and the batches it yields (None: the trainer has no such loader; a name left out is
+        not judged). ``eval_batches`` defaults to ``eval_lens``: give it when the adapter
+        counts the batches a validation really draws, which may differ from ``len()``.
+        """
         e = self.zero_based(epoch)
         self.final = self._weights(None) if self.model is not None else None
+        lens = dict(eval_lens or {})
         self.ctx.record(TrainEnd(epoch=e, train_step=self.train_step(train_step),
                                  batches=batches, loader_len=loader_len,
                                  optimizer_steps=batches if optimizer_steps is None
-                                 else optimizer_steps, loader_batch_size=loader_batch_size))
+                                 else optimizer_steps, loader_batch_size=loader_batch_size,
+                                 eval_lens=lens, eval_batches=lens if eval_batches is None
+                                 else dict(eval_batches)))
         self.ctx.crash_point("train_end", e)
 
     def val_start(self, epoch: int) -> None:

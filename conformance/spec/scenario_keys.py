@@ -49,14 +49,21 @@ KEYS: tuple[KeyDoc, ...] = (
            capability="start_patience"),
     KeyDoc(key="test.enable", meaning="the test pass, once, after the epoch loop",
            values="true or false", capability="test_pass"),
-    KeyDoc(key="ckpt.enable", meaning="checkpoint files at all (last, best, numbered)",
+    KeyDoc(key="ckpt.enable", meaning="checkpoint files at all (last, best, numbered). The "
+           "property checks and the generated runs draw it for a trainer that declares "
+           "checkpoint; with false no file is judged, but best_model still is. Map it onto the "
+           "trainer's own switch: where that switch also ends its best tracking (its only best "
+           "is the file it writes), report best_model=None; where the trainer has no switch "
+           "(its best tracking always writes a file), leave the key unmapped and read "
+           "best_model from the best file. Never cut the trainer's best tracking to honour it",
            values="true or false", capability="checkpoint"),
     KeyDoc(key="ckpt.dir", meaning="the run directory the files go into; empty means the "
            "folder the suite gives the run (`RunContext.ckpt_root`)",
            values="empty in every scenario: write under ctx.ckpt_root", capability="checkpoint"),
     KeyDoc(key="ckpt.load_from", meaning="the checkpoint a resume or finetune starts from "
-           "(see below); null: a fresh run", values="null or an absolute path",
-           capability="resume"),
+           "(see below); null: a fresh run", values="null; an absolute path (a file, or a "
+           "folder for folder checkpoints); in CKPT-4, also a relative path that does not "
+           "exist", capability="resume"),
     KeyDoc(key="ckpt.resume", meaning="continue the interrupted run saved in ckpt.load_from "
            "(optimizer, scheduler, best tracking, patience, epoch and step restored)",
            values="true or false", capability="resume"),
@@ -92,10 +99,22 @@ LOAD_FROM: tuple[tuple[str, str], ...] = (
     ("finetune (FT)", "the absolute path of the last file a completed source run left, in "
      "another folder than the finetune's own ckpt_root; ckpt.resume=false, or "
      "ckpt.model_only=true with ckpt.resume=true (FT-2)"),
-    ("CKPT-3", "a planted file whose unpickling would run code: the trainer must refuse it or "
-     "load it without running the code"),
-    ("CKPT-4", "a path that does not exist, given relative (`nowhere/missing-ckpt.pt`), and a "
-     "truncated file: the error must name the location(s) tried"),
+    ("CKPT-3 (for every trainer that declares checkpoint, resume or not)",
+     "the absolute path of a crafted copy of a checkpoint the trainer wrote: a completed run's "
+     "whole folder is copied elsewhere (not the run's ckpt_root), and load_from names the "
+     "newest last file or folder in the copy under the trainer's own name; in each copy one "
+     "file the trainer may unpickle (the checkpoint's own first, then those beside it) is "
+     "replaced by the same file with code put in front of each pickle it holds (at most 8 "
+     "copies). Given as a "
+     "resume (ckpt.resume=true) and as a finetune (ckpt.resume=false); the code must never "
+     "run"),
+    ("CKPT-4 (a missing file)", "`nowhere/missing-ckpt.pt`, relative and absent, with "
+     "ckpt.resume=true: the error must name it as given and under the run's ckpt.dir "
+     "(ckpt_root)"),
+    ("CKPT-4 (corrupt files)", "absolute paths, in a folder of their own, with "
+     "ckpt.resume=true: `corrupt-last.pt`, a copy of the last file (or folder) the trainer "
+     "wrote in a completed run with every file in it truncated to half its size, and "
+     "`garbage-last.pt`, a file of garbage bytes: each error must name the file"),
 )
 
 CAPABILITY_MEANINGS: Mapping[str, str] = {
@@ -141,8 +160,11 @@ FIELD_RULES: Mapping[str, str] = {
     "TrainEnd.optimizer_steps": "optimizer steps the epoch took",
     "TrainEnd.loader_len": "len(train_loader) this epoch",
     "TrainEnd.loader_batch_size": "the train loader's batch size, when it has one",
-    "TrainEnd.eval_lens": "len() of each evaluation loader by name (val, test), for DBG-1",
-    "TrainEnd.eval_batches": "batches each evaluation loader yielded, for DBG-1",
+    "TrainEnd.eval_lens": "len() of each evaluation loader by name (val_loader, test_loader, "
+                          "eval_loader; None: the trainer has none), for DBG-1; "
+                          "Recorder.train_end(eval_lens=...)",
+    "TrainEnd.eval_batches": "batches each evaluation loader yielded, for DBG-1; the "
+                             "Recorder's default: eval_lens",
     "TrainerState.weights": "the model's weights (plain_weights)",
     "TrainerState.optimizer": "the optimizer's state_dict, None when the trainer has none",
     "TrainerState.scheduler": "the LR scheduler's state_dict, None when it has none",

@@ -6,7 +6,6 @@ names, and decisions it keeps to itself (a comparison, a local counter, a ``brea
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +17,12 @@ from tests.worked.template_trainer import ConfigParser, Trainer, inf
 from trainspec import kit
 
 # checkpoint-epoch<N>.pth every save_period epochs (the newest is what a resume loads), a copy
-# as model_best.pth on an improvement; the epoch saved is 1-based
+# as model_best.pth on an improvement; the epoch saved is 1-based. Every file pickles the
+# config object (a ConfigParser holding the run's folders as pathlib paths): no weights-only
+# load takes it, and the kit's default reading (the file's own classes) does, unasked
 LAYOUT = kit.FileLayout(roles={"checkpoint-epoch*.pth": "last", "model_best.pth": "best"},
-                    keys={"model": "state_dict", "optimizer": "optimizer", "config": "config"},
-                    epoch_base=1)
-
-
-class _StopLog(logging.Handler):
-    """The stop is a ``break`` after a log line: the trainer's log says when it stopped."""
-
-    stopped = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stopped |= "Training stops" in record.getMessage()
+                        keys={"model": "state_dict", "optimizer": "optimizer", "config": "config"},
+                        epoch_base=1)
 
 
 class TemplateAdapter:
@@ -55,10 +47,7 @@ class TemplateAdapter:
         optimizer = kit.task_optimizer(task, model.parameters())
         schedulers = kit.task_schedulers(task, optimizer, len(loader) * get("num_epochs"))
         rec = kit.Recorder(scenario, ctx, epoch_base=1, files=LAYOUT, model=model,
-                       optimizer=optimizer, schedulers=schedulers)
-        stop_log, logger = _StopLog(), logging.getLogger("trainer")
-        logger.addHandler(stop_log)
-        logger.setLevel(logging.INFO)  # as the template's logging config sets it
+                           optimizer=optimizer, schedulers=schedulers)
         patience = get("val.patience")
         config = {"arch": type(model).__name__, "optimizer": {"type": task.optimizer},
                   "trainer": {"epochs": get("num_epochs"), "save_dir": str(ctx.ckpt_root),
@@ -85,6 +74,9 @@ class TemplateAdapter:
                          DataLoader(data["val"]), schedulers[0] if schedulers else None,
                          resume=get("ckpt.load_from"))  # its one way to load a file: resume
         rec.setup(epoch=trainer.start_epoch, train_len=len(loader))
+        said: list[str] = []  # its stop is a `break` after a log line: its log says it stopped
+        kit.observe(trainer.logger, "info", before=lambda message, *a: said.append(message))
         trainer.train()
         best = LAYOUT.snapshot(ctx.ckpt_root, "best")  # it keeps its best in model_best.pth only
-        rec.end(best_model=None if best is None else best.weights, stop=stop_log.stopped)
+        rec.end(best_model=None if best is None else best.weights,
+                stop=any("Training stops" in m for m in said))

@@ -145,7 +145,7 @@ class Trainer(BaseTrainer):
             loss = self.criterion(self.model(data), target)
             loss.backward()
             self.optimizer.step()
-            total += float(loss)
+            total += loss.item()
         log: dict[str, Any] = {"loss": total / max(1, len(self.data_loader))}
         if self.do_validation:
             log.update({"val_" + k: v for k, v in self._valid_epoch(epoch).items()})
