@@ -147,6 +147,8 @@ CAUGHT: dict[str, Caught] = {
     "loop:SkipsTestWhenStoppedBeforeTraining": Caught(config="nan-first", clause="LOOP-4"),
     "loop:RepeatsValFirstOnResume": Caught(config="resumed", clause="LOOP-2"),
     "best:TieCountsAsImprovement": Caught(config="unset-patience", clause="BEST-1"),
+    "best:TieAndInfWinBesideACrashAtZeroEpochs": Caught(config="unset-patience",
+                                                        clause="BEST-1"),
     "best:BestModelAliasesWeights": Caught(config="unset-patience", clause="BEST-2"),
     "best:KeepsLastAsBest": Caught(config="unset-patience", clause="BEST-4"),
     "best:IgnoresMinimize": Caught(config="minimize", clause="BEST-1"),

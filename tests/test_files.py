@@ -53,8 +53,8 @@ def test_the_checks_read_the_adapters_own_description_of_its_files(harness: Harn
     assert result.outcome == "failed"
     # every case is reported: the missing epoch_<e>.pt files, and (graver, so first) the
     # final last.pt the adapter never names
-    assert "the final last.pt says epoch None" in result.evidence
-    assert any("expected epoch_0.pt" in c.evidence for c in result.failing)
+    assert "no file the run left is described as its last checkpoint" in result.evidence
+    assert any("expected three, holding epochs 0, 2, 4" in c.evidence for c in result.failing)
 
 
 def test_ckpt_1_judges_what_an_adapter_says_a_file_holds_not_the_seed_key_names() -> None:

@@ -12,28 +12,22 @@ from __future__ import annotations
 import pickletools
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.harnesses import repo_harness
 from trainspec.conformance.checks import planted
-from trainspec.conformance.checks.chains import trainer_frame
+from trainspec.conformance.checks.chains import resume_cause, trainer_frame
 from trainspec.conformance.checks.torn import _kept
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.harness import Harness
+from trainspec.conformance.run.reading import actionable_line
 from trainspec.conformance.runner import resolve_target, run_checks
-from trainspec.conformance.spec.results import Report, shared_causes
+from trainspec.conformance.spec.results import Report, normal_cause, shared_causes
 
 ROOT = Path(__file__).resolve().parent.parent
 OWN = "tests.own_format.trainers"
-
-
-@pytest.fixture(scope="module")
-def harness() -> Iterator[Harness]:
-    with repo_harness(resolve_target("reference").adapter, timeout_s=60) as h:
-        yield h
 
 
 def _check(harness: Harness, trainer: str, clauses: str) -> Report:
@@ -51,11 +45,20 @@ def _verdicts(report: Report) -> dict[str, str]:
 @pytest.mark.slow
 def test_a_trainer_that_cannot_load_its_own_files_fails_on_its_own_resume_error(
         harness: Harness) -> None:
-    """Its resume and finetune clauses fail with the error its own resume raised, with the
-    trainer's frame, grouped once; the suite never stops before running the trainer."""
+    """Its best-file clauses are judged on what its files hold (read as the trainer wrote
+    them, in the hand-written checks and the generated runs alike) and pass; its resume and
+    finetune clauses fail with the error its own resume raised, with the trainer's frame,
+    grouped once; the suite never stops before running the trainer."""
     clauses = ("RES-1", "RES-3", "RES-5", "FT-1", "FT-4", "CKPT-5")
-    report = _check(harness, f"{OWN}:CannotLoadItsOwnFiles", ",".join(clauses))
-    assert _verdicts(report) == dict.fromkeys(clauses, "fail")
+    report = _check(harness, f"{OWN}:CannotLoadItsOwnFiles",
+                    ",".join((*clauses, "BEST-2", "BEST-3")))
+    assert _verdicts(report) == {**dict.fromkeys(clauses, "fail"), "BEST-2": "pass",
+                                 "BEST-3": "pass"}, {c.id: c.evidence for c in report.clauses}
+    for best in ("BEST-2", "BEST-3"):  # no check of them failed, none read "epoch None"
+        checks = report.clause(best).checks
+        assert [ch.outcome for ch in checks if ch.outcome not in ("passed", "n/a")] == []
+        assert not [ch.evidence for ch in checks if "None" in ch.evidence]
+    assert "with epoch" in report.clause("BEST-3").evidence  # best.pt's own epoch, read
     for clause in clauses:
         evidence = report.clause(clause).evidence
         assert "from last.pt raised CheckpointCorruptError" in evidence, evidence
@@ -63,10 +66,33 @@ def test_a_trainer_that_cannot_load_its_own_files_fails_on_its_own_resume_error(
         assert "(at trainspec/reference/checkpoint.py:" in evidence
         assert "does not load" not in evidence  # not the suite's reading of the file
     groups = shared_causes(report.clauses)
-    assert len(groups) == 1
+    assert len(groups) == 1, groups
     cause, ids = groups[0]
-    assert cause.startswith("the trainer's resume raised CheckpointCorruptError: <last.pt>: ")
-    assert set(ids) == set(clauses)
+    assert cause.startswith("the trainer's resume raised CheckpointCorruptError: "
+                            "<the checkpoint>: refused to load"), cause
+    assert set(ids) == set(clauses), [(c.id, [(ch.name, ch.outcome, ch.evidence, ch.cause)
+                                              for ch in c.checks])
+                                      for c in report.clauses if c.id not in ids]
+
+
+def test_a_resume_that_raised_is_one_cause_whatever_the_files_path() -> None:
+    """The error line is cut at 300 characters, path included: the cause is made from the
+    whole message in the traceback, so a deeper folder or another file name moves nothing."""
+    message = ("refused to load, the checkpoint holds objects a weights-only load does not "
+               "allow (Unsupported global: GLOBAL getattr was not an allowed global by "
+               "default). Loading it fully could execute code embedded in it; re-save it with "
+               "tensors, numbers, strings and plain containers only.")
+    causes = set()
+    for path in ("/tmp/a/last.pt", "/tmp/" + "deeper/" * 20 + "run-7/epoch_0.pt"):
+        error = f"CheckpointCorruptError: {actionable_line(f'{path}: {message}')}"
+        traceback = ("Traceback (most recent call last):\n  File \"t.py\", line 1, in load\n"
+                     f"trainspec.errors.CheckpointCorruptError: {path}: {message}\n")
+        causes.add(normal_cause(resume_cause(error, traceback, path)))
+    (cause,) = causes
+    assert cause.startswith("the trainer's resume raised CheckpointCorruptError: "
+                            "<the checkpoint>: refused to load")
+    assert resume_cause("OSError: boom at /x/f.pt", "", "/x/f.pt") == \
+        "the trainer's resume raised OSError: boom at <the checkpoint>"
 
 
 def test_the_trainers_frame_is_its_innermost_frame_outside_libraries() -> None:
@@ -98,11 +124,21 @@ def test_a_folder_checkpoint_whose_resume_unpickles_one_inner_file_fails_ckpt_3(
         report = run_checks(target, clauses="CKPT-3,RES-1,FT-1", world_size=1, harness=h,
                             max_examples=20)
     assert _verdicts(report) == {"CKPT-3": "fail", "RES-1": "pass", "FT-1": "pass"}
-    evidence = report.clause("CKPT-3").evidence
-    assert "the embedded code ran: the resume from a copy of last executed code embedded in " \
-        "last/trainer_state.pkl" in evidence
-    assert "the finetune from a copy of last executed code" in evidence
-    assert "weights.pt" not in evidence
+    assert report.clause("CKPT-3").evidence.startswith(
+        "CKPT-3: the embedded code ran: the resume from a copy of last executed code embedded "
+        "in last/trainer_state.pkl")
+    # every case runs: the finetune's is reported too; the crafted last/weights.pt, refused
+    # weights-only, passes; best/, which a run from last/ never opens, is not judged
+    cases = {c.name: c for c in report.clause("CKPT-3").checks[0].cases}
+    assert {n: c.outcome for n, c in cases.items() if "weights.pt" in n} == {
+        "the resume from a copy with last/weights.pt crafted": "passed",
+        "the finetune from a copy with last/weights.pt crafted": "passed",
+        "the resume from a copy with best/weights.pt crafted": "not judged",
+        "the finetune from a copy with best/weights.pt crafted": "not judged"}
+    finetune = cases["the finetune from a copy with last/trainer_state.pkl crafted"]
+    assert finetune.outcome == "failed"
+    assert "the finetune from a copy of last executed code embedded in " \
+        "last/trainer_state.pkl" in finetune.evidence
 
 
 @pytest.mark.slow
@@ -191,9 +227,56 @@ def test_a_path_that_held_a_complete_file_is_judged_lost_or_damaged() -> None:
 
 @pytest.mark.slow
 def test_ckpt_2_blames_the_best_file_overwritten_in_place(harness: Harness) -> None:
+    """Each kill is a case; the best file's are the failing ones, the numbered file torn
+    anew is not judged."""
     report = _check(harness, "tests.mutants.ckpt:OverwritesTheBestFileInPlace", "CKPT-2")
-    evidence = report.clause("CKPT-2").evidence
     assert _verdicts(report) == {"CKPT-2": "fail"}
-    assert "best.pt, which held a complete checkpoint of epoch 1 before the write, no longer " \
-        "loads" in evidence
-    assert "epoch_2.pt" not in evidence  # torn too, but a new path: nothing of it was lost
+    (result,) = report.clause("CKPT-2").checks
+    failing = {c.name: c.evidence for c in result.failing}
+    assert set(failing) == {f"the write of best.pt, killed at {p}" for p in ("0%", "50%")}
+    for evidence in failing.values():
+        assert "best.pt, which held a complete checkpoint of epoch 1 before the write, no " \
+            "longer loads" in evidence
+        assert "epoch_2.pt" not in evidence  # torn too, but a new path: nothing of it was lost
+    assert report.clause("CKPT-2").evidence == failing["the write of best.pt, killed at 0%"]
+
+
+@pytest.mark.slow
+def test_ckpt_2_judges_the_file_a_torn_temporary_file_stands_for(harness: Harness) -> None:
+    """A kill inside the write of ``.last.pt.<pid>.tmp`` is judged at last.pt (the run's
+    folder is named anew each run): removed before the write, it is lost."""
+    report = _check(harness, f"{OWN}:RemovesTheOldFileFirst", "CKPT-2")
+    assert _verdicts(report) == {"CKPT-2": "fail"}
+    (result,) = report.clause("CKPT-2").checks
+    failing = {c.name: c.evidence for c in result.failing}
+    assert set(failing) == {f"the {w}, killed at {p}" for w in ("epoch's first write",
+                                                               "write of best.pt")
+                            for p in ("0%", "50%", "100%")}
+    first = failing["the epoch's first write, killed at 0%"]
+    assert "killed after writing 0% of .last.pt." in first
+    assert "last.pt, which held a complete checkpoint of epoch 1 before the write, is gone" in \
+        first
+
+
+# ---------------------------------------------------------------- CKPT-4, both halves
+
+
+@pytest.mark.slow
+def test_ckpt_4_reports_the_corrupt_files_when_the_missing_path_fails_too(
+        harness: Harness) -> None:
+    """A trainer that starts afresh on any checkpoint it cannot load fails both halves: the
+    missing path, and each corrupt file, every one a case reported with its evidence."""
+    report = _check(harness, "tests.mutants.ckpt:MissingCheckpointStartsFresh", "CKPT-4")
+    assert _verdicts(report) == {"CKPT-4": "fail"}
+    (result,) = report.clause("CKPT-4").checks
+    failing = {c.name: c.evidence for c in result.failing}
+    assert list(failing) == ["a missing path",
+                             "a corrupt file: a checkpoint truncated to half its size",
+                             "a corrupt file: a file of garbage bytes"]
+    assert "ckpt.load_from=nowhere/missing-ckpt.pt (no such file) did not raise; the run " \
+        "trained [0, 1] from scratch" in failing["a missing path"]
+    assert "a checkpoint truncated to half its size (corrupt-last.pt) did not raise; the run " \
+        "trained [0, 1]" in failing["a corrupt file: a checkpoint truncated to half its size"]
+    assert "a file of garbage bytes (garbage-last.pt) did not raise" in \
+        failing["a corrupt file: a file of garbage bytes"]
+    assert report.clause("CKPT-4").evidence == failing["a missing path"]

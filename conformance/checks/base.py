@@ -360,8 +360,18 @@ def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: i
     """Run a hypothesis property next to the trainer; failing examples come back shrunk."""
     # named, not imported: hypothesis is imported where the property runs, next to the trainer
     outcome = ctx.runs.property(name, runner=PROPERTY_RUNNER, max_examples=max_examples)
+    # examples failing for another clause's fault are set aside: that clause's check judges them
+    aside = ""
+    if outcome.set_aside:
+        aside = (f"{sum(outcome.set_aside.values())} set aside as other clauses' faults ("
+                 + ", ".join(f"{n} {c}'s" for c, n in outcome.set_aside.items()) + ")")
     if outcome.verdict == "passed":
-        return f"{outcome.examples} generated score sequences and configs matched the oracle"
+        judged = outcome.judged.get(clause, outcome.examples)
+        if judged == 0 and aside:
+            raise NotApplicable(f"{clause}: no generated run could be judged: {aside}, "
+                                "which their own checks judge")
+        return (f"{judged} generated score sequences and configs matched the oracle"
+                + (f"; {aside}" if aside else ""))
     if outcome.verdict == "broke":
         message = f"{clause}: the property run {outcome.status}: {outcome.error}"
         if outcome.status == "timeout":
@@ -371,7 +381,8 @@ def property_check(ctx: CheckContext, name: str, clause: str, *, max_examples: i
         raise HarnessError(message)
     repro = reproducer(ctx.target_args, clause, dict(outcome.scenario or {}))
     raise CheckFailed(f"{outcome.evidence} [falsifying example after "
-                      f"{outcome.examples} runs; reproducer in the detail]", repro)
+                      f"{outcome.examples} runs{'; ' + aside if aside else ''}; "
+                      "reproducer in the detail]", repro)
 
 
 PROPERTY_RUNNER = "trainspec.conformance.checks.properties:run_property"

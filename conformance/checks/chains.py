@@ -14,8 +14,8 @@ from trainspec.conformance.run.scenario import CrashPoint, Scenario
 from trainspec.conformance.run.trace import Trace
 
 __all__ = ["ResumePair", "SourceRun", "Unreachable", "from_checkpoint", "interrupt_and_resume",
-           "reachable_pairs", "resume_after", "source_checkpoint", "source_run", "trainer_frame",
-           "unreachable", "with_load"]
+           "reachable_pairs", "resume_after", "resume_cause", "source_checkpoint", "source_run",
+           "trainer_frame", "unreachable", "with_load"]
 
 # what each crash point means, for the reason a trainer without it is not judged there
 _MEANING = {"train_start": "entering an epoch's training",
@@ -159,11 +159,21 @@ def from_checkpoint(ctx: CheckContext, clause: str, s: Scenario, file: FileRecor
     bad = broke.rank
     if bad.status != "raised" or bad.is_ours:
         raise broke
-    path = str(s.get("ckpt.load_from"))
-    said = bad.error.replace(path, f"<{file.name}>")
     raise CheckFailed(f"{clause}: {how} {file.name} raised {bad.error}"
                       f"{trainer_frame(bad.detail)}", broke.detail,
-                      cause=f"the trainer's resume raised {said}")
+                      cause=resume_cause(bad.error, bad.detail, str(s.get("ckpt.load_from"))))
+
+
+def resume_cause(error: str, traceback: str, path: str) -> str:
+    """The cause every run the trainer's resume raised in shares: "the trainer's resume
+    raised <error>", the file it started from written ``<the checkpoint>`` (one cause,
+    whichever file), the message whole as the traceback's last line has it (the error line is
+    cut at 300 characters, path included, so its cut would move with the path's length)."""
+    kind = error.partition(":")[0]
+    whole = next((line.partition(": ")[2] for line in reversed(traceback.splitlines())
+                  if ": " in line and line.partition(": ")[0].rpartition(".")[2] == kind), None)
+    said = error if whole is None else f"{kind}: {whole}"
+    return f"the trainer's resume raised {said.replace(path, '<the checkpoint>')}"
 
 
 # a traceback's frame: its file, line and function, then the source line shown under it

@@ -6,17 +6,15 @@ import os
 import shutil
 from pathlib import Path
 
-from trainspec.conformance.checks import planted
+from trainspec.conformance.checks import embedded as _embedded  # noqa: F401 (CKPT-3)
 from trainspec.conformance.checks import torn as _torn  # noqa: F401 (registers CKPT-2)
 from trainspec.conformance.checks.base import (
     CheckContext,
     CheckFailed,
-    NotApplicable,
     RunBroke,
     check,
 )
 from trainspec.conformance.checks.chains import (
-    SourceRun,
     combined_decisions,
     resume_after,
     source_run,
@@ -91,25 +89,27 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
                     raise CheckFailed(f"CKPT-1: {f.name} {problem}", cause="" if refused is None
                                       else "a checkpoint that does not load weights-only: "
                                       f"{refused}")
-    with ctx.case("last.pt after every epoch", severity="loss"):
+    last_name = _names(trace.with_role("last"), "the last checkpoint")
+    with ctx.case("the last checkpoint after every epoch", severity="loss"):
         for e in r.train_epochs[1:]:
             if e.last_file_epoch != e.epoch - 1:
-                raise CheckFailed(f"CKPT-1: when epoch {e.epoch} started, last.pt said epoch "
-                                  f"{e.last_file_epoch}; expected {e.epoch - 1} (last.pt is "
-                                  "written after every epoch)")
-    with ctx.case("epoch_<e>.pt on the interval"):
-        periodic = trace.with_role("epoch")
+                raise CheckFailed(f"CKPT-1: when epoch {e.epoch} started, {last_name} said epoch "
+                                  f"{e.last_file_epoch}; expected {e.epoch - 1} (the last "
+                                  "checkpoint is written after every epoch)")
+    periodic = trace.with_role("epoch")
+    with ctx.case("numbered checkpoints on the interval"):
         epochs = sorted(f.epoch for f in periodic if f.epoch is not None)
-        names = sorted(f.name for f in periodic)
         if len(periodic) != 3 or epochs != [0, 2, 4]:
             raise CheckFailed(f"CKPT-1: with ckpt.every_n_epochs=2 over 5 epochs the run wrote "
-                              f"{names} (epochs {epochs}); expected epoch_0.pt, epoch_2.pt, "
-                              "epoch_4.pt holding epochs 0, 2, 4")
-    with ctx.case("the final last.pt", severity="loss"):
+                              f"{sorted(f.name for f in periodic)} as numbered checkpoints "
+                              f"(epochs {epochs}); expected three, holding epochs 0, 2, 4 "
+                              "(epoch_0.pt, epoch_2.pt, epoch_4.pt in the spec's names)")
+    with ctx.case("the final last checkpoint", severity="loss"):
         last = trace.newest("last")
         if last is None or last.epoch != 4:
-            raise CheckFailed(f"CKPT-1: the final last.pt says epoch "
-                              f"{None if last is None else last.epoch}, expected 4")
+            raise CheckFailed(f"CKPT-1: {_NO_LAST}; expected one holding epoch 4" if last is None
+                              else f"CKPT-1: the final {last.name} says epoch {last.epoch}, "
+                              "expected 4")
     stopped = ""
     if "early_stopping" in ctx.capabilities:
         with ctx.case("the early-stop epoch's file", severity="loss"):
@@ -120,9 +120,23 @@ def check_checkpoint_files_and_contents(ctx: CheckContext) -> str:
                          if f.role in ("last", "epoch"))
         if written:
             raise CheckFailed(f"CKPT-1: with ckpt.save_last=false and every_n_epochs unset the "
-                              f"run wrote {written}; expected no last.pt and no epoch_<e>.pt")
-    return "last.pt after each epoch; epoch_0/2/4.pt at every_n_epochs=2; none when off; " \
-        f"each loads weights-only with epoch, step, run id, config and every item{stopped}"
+                              f"run wrote {written}; expected no last and no numbered "
+                              "checkpoint")
+    return f"{last_name} after each epoch; {_names(periodic, 'numbered checkpoints')} of " \
+        "epochs 0, 2, 4 at every_n_epochs=2; none when off; each loads weights-only with " \
+        f"epoch, step, run id, config and every item{stopped}"
+
+
+_NO_LAST = "no file the run left is described as its last checkpoint"
+
+
+def _names(files: list[FileRecord], what: str) -> str:
+    """The files, named as the trainer names them: the one name they share, else ``what``
+    with their names."""
+    names = sorted({f.name for f in files})
+    if len(names) == 1:
+        return names[0]
+    return f"{what} ({', '.join(names) if names else 'none described'})"
 
 
 def _early_stop_file(ctx: CheckContext) -> str:
@@ -138,10 +152,12 @@ def _early_stop_file(ctx: CheckContext) -> str:
         return ""
     last = trace.newest("last")
     if last is None or last.epoch != stop:
-        raise CheckFailed(f"CKPT-1: early stopping triggered at epoch {stop}, but the final "
-                          f"last.pt says epoch {None if last is None else last.epoch}; expected "
-                          f"{stop}: the epoch a run stops at is checkpointed like any other")
-    return f"; last.pt of the early-stop epoch {stop}"
+        said = _NO_LAST if last is None else \
+            f"the final {last.name} says epoch {last.epoch}"
+        raise CheckFailed(f"CKPT-1: early stopping triggered at epoch {stop}, but {said}; "
+                          f"expected {stop}: the epoch a run stops at is checkpointed like any "
+                          "other")
+    return f"; {last.name} of the early-stop epoch {stop}"
 
 
 def _error_text(r: RankTrace) -> str:
@@ -152,38 +168,50 @@ def _error_text(r: RankTrace) -> str:
        covers=("CKPT-4.1", "CKPT-4.2", "CKPT-4.3", "CKPT-4.4"))
 def check_checkpoint_errors_name_the_file(ctx: CheckContext) -> str:
     """A missing checkpoint names the locations tried (as given and under ckpt.dir); a
-    corrupt one names the file. Both halves run to the end, each failing case reported."""
+    corrupt one names the file. Both halves run to the end, each corrupt file a case of its
+    own, each failing case reported."""
     base = make_scenario("ckpt-errors", [0.1, 0.2])
-    failures = _missing_path_fails_clearly(ctx, base)
-    failures += _corrupt_files_fail_clearly(ctx, base)
-    if failures:
-        raise CheckFailed("CKPT-4: " + "; and ".join(failures))
-    return "missing path: error names it as given and under ckpt.dir; truncated and garbage " \
-        "files: each error names the file"
+    with ctx.case("a missing path"):
+        _missing_path_fails_clearly(ctx, base)
+    made = _corrupt_files(ctx, base)
+    for what, corrupt in made.items():
+        with ctx.case(f"a corrupt file: {what}"):
+            r = ctx.run(with_load(base, str(corrupt), resume=True,
+                                  name=f"ckpt-corrupt-{corrupt.stem}")).rank0
+            if r.status == "completed":
+                raise CheckFailed(f"CKPT-4: {what} ({corrupt.name}) did not raise; the run "
+                                  f"trained {r.epochs_trained}")
+            if corrupt.name not in _error_text(r):
+                raise CheckFailed(f"CKPT-4: {what} ({corrupt.name}) raised without naming the "
+                                  f"file: {r.error}")
+    return f"missing path: error names it as given and under ckpt.dir; {' and '.join(made)}: " \
+        "each error names the file"
 
 
-def _missing_path_fails_clearly(ctx: CheckContext, base: Scenario) -> list[str]:
-    """What is wrong with the error of a run whose ckpt.load_from names no file."""
+def _missing_path_fails_clearly(ctx: CheckContext, base: Scenario) -> None:
+    """The error of a run whose ckpt.load_from names no file names the path as given and
+    under ckpt.dir."""
     missing = with_load(base, "nowhere/missing-ckpt.pt", resume=True, name="ckpt-missing")
     missing_root = ctx.runs.new_ckpt_root("ckpt-missing")  # the run's ckpt.dir
     r = ctx.runs.run(missing, ckpt_root=missing_root).rank0
     said = _error_text(r)
     if r.status == "completed":
-        return ["ckpt.load_from=nowhere/missing-ckpt.pt (no such file) did not raise; the run "
-                f"trained {r.epochs_trained} from scratch"]
+        raise CheckFailed("CKPT-4: ckpt.load_from=nowhere/missing-ckpt.pt (no such file) did "
+                          f"not raise; the run trained {r.epochs_trained} from scratch")
     if "missing-ckpt.pt" not in said:
-        return [f"a missing checkpoint raised without naming the path tried: {r.error}"]
+        raise CheckFailed(f"CKPT-4: a missing checkpoint raised without naming the path tried: "
+                          f"{r.error}")
     under_dir = missing_root / "nowhere" / "missing-ckpt.pt"
     if not any(str(p) in said for p in (under_dir, under_dir.resolve())):
-        return ["a missing checkpoint (ckpt.load_from=nowhere/missing-ckpt.pt) raised without "
-                f"naming the location relative to ckpt.dir ({under_dir}): {_first_line(said)}"]
-    return []
+        raise CheckFailed("CKPT-4: a missing checkpoint (ckpt.load_from=nowhere/missing-ckpt.pt) "
+                          "raised without naming the location relative to ckpt.dir "
+                          f"({under_dir}): {_first_line(said)}")
 
 
-def _corrupt_files_fail_clearly(ctx: CheckContext, base: Scenario) -> list[str]:
-    """What is wrong with the errors of runs from corrupt files the check makes itself: the
-    trainer's own last checkpoint truncated to half (where a source run leaves one), and a
-    file of garbage bytes."""
+def _corrupt_files(ctx: CheckContext, base: Scenario) -> dict[str, Path]:
+    """The corrupt files the check makes itself, by what each is: the trainer's own last
+    checkpoint truncated to half (where a source run leaves one), and a file of garbage
+    bytes."""
     root = ctx.runs.new_ckpt_root("ckpt-corrupt")
     made: dict[str, Path] = {}
     try:
@@ -195,17 +223,7 @@ def _corrupt_files_fail_clearly(ctx: CheckContext, base: Scenario) -> list[str]:
     garbage = root / "garbage-last.pt"
     garbage.write_bytes(b"not a checkpoint: garbage bytes " * 8)
     made["a file of garbage bytes"] = garbage
-    failures = []
-    for what, corrupt in made.items():
-        r = ctx.run(with_load(base, str(corrupt), resume=True,
-                              name=f"ckpt-corrupt-{corrupt.stem}")).rank0
-        if r.status == "completed":
-            failures.append(f"{what} ({corrupt.name}) did not raise; the run trained "
-                            f"{r.epochs_trained}")
-        elif corrupt.name not in _error_text(r):
-            failures.append(f"{what} ({corrupt.name}) raised without naming the file: "
-                            f"{r.error}")
-    return failures
+    return made
 
 
 def _truncated_copy(path: str, root: Path) -> Path:
@@ -226,81 +244,6 @@ def _truncated_copy(path: str, root: Path) -> Path:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "(no message)"
-
-
-@check("CKPT-3", requires={"checkpoint"}, covers=("CKPT-3.1", "CKPT-3.2"))
-def check_loading_never_runs_embedded_code(ctx: CheckContext) -> str:
-    """A copy of the trainer's own checkpoint, crafted to run code when unpickled, never runs
-    it, resume or finetune.
-
-    The copy is the trainer's own format (its whole folder, one file the trainer may unpickle
-    crafted at a time: :mod:`~trainspec.conformance.checks.planted`). The marker is looked at
-    first: code that ran is the finding, whatever the run did next; "never ran" is judged
-    only where the trainer opened the crafted file.
-    """
-    source = source_run(ctx, "CKPT-3", make_scenario("ckpt-malicious", [0.1, 0.2]))
-    checkpoint = source.root / source.file.relpath
-    candidates = planted.pickled_files(source.root, checkpoint)
-    if not candidates:
-        raise NotApplicable(f"no file the trainer wrote beside {source.file.name} is a pickle "
-                            "(a torch archive, a pickle): nothing it loads can embed code")
-    tells = planted.atime_tells(ctx.runs.new_ckpt_root("ckpt-malicious-probe"))
-    failures: list[str] = []
-    opened: dict[str, list[str]] = {}
-    beside = Path(source.file.relpath).parent
-    for resume in (True, False):
-        how = "resume" if resume else "finetune"
-        for crafted in candidates:
-            shown = (crafted.relative_to(beside) if crafted.is_relative_to(beside)
-                     else crafted).as_posix()
-            found, then = _plant_and_load(ctx, source, crafted, resume=resume, tells=tells)
-            if found is True:
-                failures.append(
-                    f"the embedded code ran: the {how} from a copy of {source.file.name} "
-                    f"executed code embedded in {shown} (it created a marker folder{then}): "
-                    "load with torch.load(weights_only=True)")
-                break
-            if found is False:
-                opened.setdefault(how, []).append(shown)
-    if failures:
-        raise CheckFailed("CKPT-3: " + "; and ".join(failures))
-    unjudged = [how for how in ("resume", "finetune") if how not in opened]
-    if len(unjudged) == 2:
-        raise CheckFailed(f"CKPT-3: neither the resume nor the finetune from a crafted copy of "
-                          f"{source.file.name} opened a crafted file "
-                          f"({', '.join(p.as_posix() for p in candidates)}): nothing shows a "
-                          "load was attempted")
-    ctx.notes.extend(f"the {how}: it opened no crafted file" for how in unjudged)
-    seen = "; ".join(f"{how}: {', '.join(files)}" for how, files in opened.items())
-    return f"copies of its own checkpoint whose pickles call os.mkdir, opened by the trainer " \
-        f"({seen}): the code never ran"
-
-
-def _plant_and_load(ctx: CheckContext, source: SourceRun, crafted: Path, *, resume: bool,
-                    tells: bool) -> tuple[bool | None, str]:
-    """Start a run from a copy of ``source``'s folder with ``crafted`` crafted: True when
-    the embedded code ran (whatever the run did next), False when the trainer opened the
-    crafted file and the code did not run, None when it never opened it; and how the run
-    ended, when it did not complete (", then the run raised ...")."""
-    how = "resume" if resume else "finetune"
-    which = "-".join(crafted.parts)
-    copy = planted.plant(source.root, ctx.runs.new_ckpt_root(f"ckpt-malicious-{which}"),
-                         crafted)
-    load = copy.root / source.file.relpath
-    # epochs beyond the source run's: a resume has some left to train
-    s = with_load(make_scenario("ckpt-malicious", [0.1, 0.2, 0.3, 0.4]), str(load),
-                  resume=resume, name=f"ckpt-malicious-{how}-{which}")
-    trace = ctx.runs.run(s)
-    bad = next((r for r in trace.ranks if r.status != "completed"), None)
-    then = "" if bad is None else f", then the run {bad.status}: {bad.error}"
-    if copy.has_run:  # the marker first: the code ran, whatever the run did next
-        return True, then
-    if tells:
-        return (False if copy.was_read() else None), then
-    said = "\n".join(f"{r.error}\n{r.detail}" for r in trace.ranks if r.status != "completed")
-    if trace.completed or planted.reads_show(said, crafted):
-        return False, then
-    return None, then
 
 
 @check("CKPT-5", requires={"checkpoint", "resume"},

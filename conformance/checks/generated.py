@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -27,7 +28,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.errors import Flaky, Unsatisfiable
 
 from trainspec.conformance.checks.base import SCRATCH
-from trainspec.conformance.checks.chains import with_load
+from trainspec.conformance.checks.chains import resume_cause, with_load
 from trainspec.conformance.checks.model_compare import (
     Divergence,
     describe_example,
@@ -125,11 +126,9 @@ def _walk(draw: st.DrawFn, n: int, minimize: bool) -> list[float]:
     plateaus and relapses come in runs."""
     value, out = draw(st.sampled_from([0.25, 0.5])), []
     for gain in draw(st.lists(st.sampled_from(_GAINS), min_size=n, max_size=n)):
-        if math.isnan(gain):
-            out.append(gain)
-            continue
-        value += -gain if minimize else gain
-        out.append(value)
+        if not math.isnan(gain):
+            value += -gain if minimize else gain
+        out.append(gain if math.isnan(gain) else value)  # a NaN leaves the walk where it was
     return out
 
 
@@ -137,13 +136,9 @@ def _walk(draw: st.DrawFn, n: int, minimize: bool) -> list[float]:
 def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[str, Any]:
     """One generated chain: its kind, the fresh scenario, where the source is interrupted and
     which of its files the second run starts from (as JSON, the form a replay takes)."""
-    kinds = ["fresh"]
-    if {"checkpoint", "resume"} <= caps:
-        kinds.append("resumed")
-    if {"checkpoint", "finetune"} <= caps:
-        kinds.append("finetuned")
-    if "debug" in caps:
-        kinds.append("debug")
+    kinds = ["fresh"] + [k for k, needs in (
+        ("resumed", {"checkpoint", "resume"}), ("finetuned", {"checkpoint", "finetune"}),
+        ("debug", {"debug"})) if needs <= caps]
     kind = draw(st.sampled_from(kinds))
     chained = kind in ("resumed", "finetuned")
     # a chain needs epochs before and after its file; a fresh run may train none
@@ -190,6 +185,7 @@ def _run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | Non
     folder or registries, as in the harness): its rank trace and the files it left under
     ``root``."""
     root.mkdir(parents=True, exist_ok=True)  # the run's own ckpt_root exists, as in the harness
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
     run = run_in_fork(adapter, s, root, context=lambda r: _Interrupting(r, at), stop=Interrupted)
     if run.timed_out:
         raise _Broke("timeout", f"a generated run ({s.name}) {run.error}")
@@ -203,8 +199,11 @@ def _run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | Non
         status, error = "raised", run.error
     else:
         records.append(Done())
-    trace = parse_rank(0, records, status, error, "")  # type: ignore[arg-type]
-    described, problem, hung = call_in_fork(lambda: describe_files(adapter, root))
+    trace = parse_rank(0, records, status, error, run.traceback)  # type: ignore[arg-type]
+    # the files the run wrote (new or changed) are read the trainer's way, as in the worker
+    wrote = frozenset(os.path.abspath(p) for p in root.rglob("*")
+                      if p.is_file() and before.get(p) != p.stat().st_mtime_ns)
+    described, problem, hung = call_in_fork(lambda: describe_files(adapter, root, wrote))
     if problem is not None or not isinstance(described, list):
         raise _Broke("adapter", f"describing the checkpoint files {'was ' if hung else ''}"
                      f"{problem or 'gave no list'}")
@@ -217,16 +216,15 @@ def _spe(r: RankTrace) -> int:
     return steps or 1
 
 
-def _broke(kind: str, r: RankTrace, start: tuple[str, str] | None = None
-           ) -> list[Divergence]:
-    """A run that did not complete; ``start``: the (path, name) of the file it started from,
-    named as the hand-written resume checks name it in the cause they share."""
+def _broke(kind: str, r: RankTrace, start: str | None = None) -> list[Divergence]:
+    """A run that did not complete; ``start``: the path of the file it started from (the
+    trainer's resume raising is the cause the hand-written resume checks give it)."""
     if r.status in ("completed", "killed"):
         return []
     sentence = {"resumed": "RES-1.1", "finetuned": "FT-1.1"}.get(kind, "LOOP-1.1")
     cause = f"the run {r.status}: {r.error}"
     if start is not None and r.status == "raised" and not r.is_ours:
-        cause = f"the trainer's resume raised {r.error.replace(start[0], f'<{start[1]}>')}"
+        cause = resume_cause(r.error, r.detail, start)
     return [Divergence(sentence=sentence, evidence=f"the {kind} run {r.status}: {r.error}; "
                        "expected it to complete", cause=cause)]
 
@@ -287,7 +285,7 @@ def _second(adapter: Any, kind: str, base: Scenario, chain: Chain, src: RankTrac
                        resume=kind == "resumed", name=f"generated-{kind}")
     r, files = _run(adapter, second, scratch)
     if r.status != "completed":
-        return _broke(kind, r, (str(second.get("ckpt.load_from")), found[-1].name))
+        return _broke(kind, r, str(second.get("ckpt.load_from")))
     return divergences(chain.run, r, files, source=src)
 
 

@@ -7,6 +7,10 @@ trainer run and a fork (milliseconds) rather than a round trip to a new process;
 property is still bounded and killable like any run. Examples are derandomized: the same
 trainer gets the same verdict every time. A failure comes back shrunk, with the falsifying
 scenario as JSON and a ready-to-run reproducer.
+
+A property leads with an example its own clause owns: one that fails for another clause's
+fault (a crash in an eval-only run, a non-finite score handled wrong) is set aside, counted by
+that clause, and left to that clause's own check (:mod:`.attribution` says whose fault it is).
 """
 
 from __future__ import annotations
@@ -14,15 +18,18 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, reject, seed, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
+from hypothesis.errors import Unsatisfiable
 
+from trainspec.conformance.checks.attribution import Attempt, Finding, attribute
 from trainspec.conformance.checks.base import CheckFailed
 from trainspec.conformance.checks.carried_out import shortfall
 from trainspec.conformance.checks.common import fmt_scores, label, match_decisions, same_weights
@@ -36,29 +43,41 @@ from trainspec.conformance.spec.oracle import Outcome, decide
 __all__ = ["PROPERTIES", "PropertySpec", "run_property"]
 
 NONFINITE = (math.nan, math.inf, -math.inf)
+# the draw's seed, fixed, so that the examples do not change when the code drawing or judging
+# them does (derandomized draws are otherwise seeded by the test function's source)
+_DRAW_SEED = 20230523
+# examples set aside (another clause's fault), per example asked, before the rest are drawn
+# without being run: a trainer whose every run shows another clause's fault costs a bounded time
+_SET_ASIDE = 2
 
 
-def _score() -> st.SearchStrategy[float]:
+def _score(*, finite_only: bool = False) -> st.SearchStrategy[float]:
     # a small pool makes ties common; the rest covers signs and magnitudes. Every value is
     # exact in float32, so a trainer that pools in float32 sees the same ties and order
-    return st.one_of(st.sampled_from([0.125, 0.25, 0.375, 0.5]), st.sampled_from(NONFINITE),
-                     st.floats(-2.0, 2.0, allow_nan=False, allow_infinity=False, width=32))
+    finite = st.floats(-2.0, 2.0, allow_nan=False, allow_infinity=False, width=32)
+    pool = st.sampled_from([0.125, 0.25, 0.375, 0.5])
+    if finite_only:
+        return st.one_of(pool, finite)
+    return st.one_of(pool, st.sampled_from(NONFINITE), finite)
 
 
 @st.composite
 def scenarios(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES,
-              nonfinite_first: bool = False) -> Scenario:
+              nonfinite_first: bool = False, finite_only: bool = False) -> Scenario:
     """Scores, patience, start_patience, direction, val.first, the validation interval.
 
     Only what the target declares is drawn: a key it cannot express stays at its default.
+    At least one epoch: an eval-only run (num_epochs=0) is LOOP-3's, judged by its own check.
+    ``finite_only``: the property's clause judges finite scores (non-finite ones are NAN's).
     """
-    num_epochs = draw(st.integers(0 if "eval_only" in caps else 1, 6))
-    scores = draw(st.lists(_score(), min_size=num_epochs, max_size=num_epochs))
+    num_epochs = draw(st.integers(1, 6))
+    score = _score(finite_only=finite_only)
+    scores = draw(st.lists(score, min_size=num_epochs, max_size=num_epochs))
     if nonfinite_first and scores:
         lead = draw(st.integers(1, len(scores)))
         scores[:lead] = draw(st.lists(st.sampled_from(NONFINITE), min_size=lead,
                                       max_size=lead))
-    first = draw(st.one_of(st.none(), _score())) if "val_first" in caps else None
+    first = draw(st.one_of(st.none(), score)) if "val_first" in caps else None
     scenario = Scenario(name="property", scores=ScoreScript.of(scores, first))
 
     def maybe(capability: str, strategy: st.SearchStrategy[Any], default: Any) -> Any:
@@ -117,60 +136,119 @@ def _improvements(clause: str) -> Callable[[Scenario, Trace], None]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PropertySpec:
-    clause: str
-    nonfinite_first: bool
+    """A property: its evidence's clause, what it draws, how it judges, and what it owns."""
+
+    clause: str  # the clause its evidence names
+    owns: frozenset[str]  # the clauses whose faults are its evidence (attribution.py)
+    finite_owner: str  # the clause a slip on finite scores belongs to
+    nonfinite_first: bool = False  # every example opens with non-finite scores
+    finite_only: bool = False  # only finite scores are drawn
+    is_judging_stops: bool = False  # its judge compares stops and the schedule
     judge: Callable[[Scenario, Trace], None]
 
 
 PROPERTIES: dict[str, PropertySpec] = {
-    "decisions": PropertySpec(clause="PAT-5", nonfinite_first=False,
-                              judge=_decisions("PAT-5")),
-    "improvements": PropertySpec(clause="BEST-1", nonfinite_first=False,
+    "decisions": PropertySpec(clause="PAT-5", owns=frozenset({"PAT-5"}), finite_owner="PAT-5",
+                              is_judging_stops=True, judge=_decisions("PAT-5")),
+    # BEST-1 judges improvements on finite scores; non-finite ones are NAN-1's and NAN-2's
+    "improvements": PropertySpec(clause="BEST-1", owns=frozenset({"BEST-1"}),
+                                 finite_owner="BEST-1", finite_only=True,
                                  judge=_improvements("BEST-1")),
-    "nonfinite": PropertySpec(clause="NAN-2", nonfinite_first=True,
+    "nonfinite": PropertySpec(clause="NAN-2", owns=frozenset({"NAN-1", "NAN-2"}),
+                              finite_owner="BEST-1", nonfinite_first=True,
                               judge=_improvements("NAN-2")),
 }
 
 
-def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -> dict[str, Any]:
-    """Run a property in this process; the result is JSON-able."""
+def _attempt(spec: PropertySpec, adapter: Any, scenario: Scenario) -> Attempt:
+    """Run one example in a process forked for it and judge it."""
+    root = Path(tempfile.mkdtemp(prefix="trainspec-prop-"))
+    try:
+        # one process per example, forked from this warm one: no example sees another's
+        # process state (registries keyed by time, patched functions)
+        run = run_in_fork(adapter, scenario, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if run.error is not None:
+        rank = parse_rank(0, run.records, "raised", run.error, run.traceback)
+        return Attempt(scenario=scenario, rank=rank, raised=True, failure=CheckFailed(
+            f"{spec.clause}: the run raised {run.error}"))
+    # the adapter's run returned: Done, as a child records it
+    rank = parse_rank(0, [*run.records, Done()], "completed", "", "")
+    trace = Trace(scenario_name=scenario.name, ranks=(rank,))
+    lacking = shortfall(scenario, trace)  # a match with nothing recorded is no match
+    try:
+        spec.judge(scenario, trace)
+        if lacking is not None:
+            raise CheckFailed(f"{spec.clause}: the run {lacking}")
+    except CheckFailed as e:
+        return Attempt(scenario=scenario, rank=rank, raised=False, failure=e,
+                       lacking=lacking is not None)
+    return Attempt(scenario=scenario, rank=rank, raised=False, failure=None)
+
+
+def _owner(spec: PropertySpec, adapter: Any, tried: Attempt) -> Finding:
+    return attribute(tried, own=spec.clause, finite_owner=spec.finite_owner, owns=spec.owns,
+                     stops=spec.is_judging_stops, judges_schedule=spec.is_judging_stops,
+                     rerun=lambda s: _attempt(spec, adapter, s))
+
+
+def run_property(name: str, adapter: Any, *, max_examples: int) -> dict[str, Any]:
+    """Run a property in this process; the result is JSON-able.
+
+    An example failing for another clause's fault is set aside (``set_aside`` counts them by
+    clause), so the evidence, if any, is the property's own clause's; ``judged`` counts the
+    examples judged for it."""
     spec = PROPERTIES[name]
     failure: dict[str, Any] = {}
+    aside: Counter[str] = Counter()
     count = 0
 
     def run_once(scenario: Scenario) -> None:
         nonlocal count
+        # past this many examples set aside, the rest would be too: draw on, run nothing more
+        assume(aside.total() < _SET_ASIDE * max_examples or bool(failure))
         count += 1
-        root = Path(tempfile.mkdtemp(prefix="trainspec-prop-"))
-        try:
-            # one process per example, forked from this warm one: no example sees another's
-            # process state (registries keyed by time, patched functions)
-            run = run_in_fork(adapter, scenario, root)
-            if run.error is not None:
-                raise CheckFailed(f"{spec.clause}: the run raised {run.error}")
-            # the adapter's run returned: Done, as a child records it
-            rank = parse_rank(0, [*run.records, Done()], "completed", "", "")
-            trace = Trace(scenario_name=scenario.name, ranks=(rank,))
-            spec.judge(scenario, trace)
-            lacking = shortfall(scenario, trace)  # a match with nothing recorded is no match
-            if lacking is not None:
-                raise CheckFailed(f"{spec.clause}: the run {lacking}")
-        except CheckFailed as e:
-            # hypothesis shrinks: the last failure recorded is the minimal example
-            e.evidence = _with_config(e.evidence, scenario)
-            failure.update(evidence=e.evidence, scenario=scenario.to_json())
-            raise
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+        tried = _attempt(spec, adapter, scenario)
+        if tried.failure is None:
+            return
+        found = _owner(spec, adapter, tried)
+        if found.clause not in spec.owns:
+            aside[found.clause] += 1
+            reject()  # not this clause's evidence: its own check judges it
+        error = found.attempt.failure
+        assert error is not None  # a finding is a failure
+        evidence = error.evidence
+        if found.is_control:
+            evidence += _CONTROL_NOTE
+        # hypothesis shrinks: the last failure recorded is the minimal example
+        error.evidence = _with_config(evidence, found.attempt.scenario)
+        failure.update(evidence=error.evidence, scenario=found.attempt.scenario.to_json())
+        raise error
 
-    test = settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
-                    suppress_health_check=list(HealthCheck), print_blob=False)(
+    return _draw(spec, adapter, run_once, max_examples, failure, aside, lambda: count)
+
+
+_CONTROL_NOTE = (" [shown with the drawn example's non-finite scores replaced by finite ones "
+                 "worse than every other score: the slip needs no non-finite score]")
+
+
+def _draw(spec: PropertySpec, adapter: Any, once: Callable[[Scenario], None], max_examples: int,
+          failure: dict[str, Any], aside: Counter[str], count: Callable[[], int]
+          ) -> dict[str, Any]:
+    """Run ``once`` on up to ``max_examples`` derandomized examples; the JSON result."""
+    test = seed(_DRAW_SEED)(settings(
+        max_examples=max_examples, derandomize=True, database=None, deadline=None,
+        suppress_health_check=list(HealthCheck), print_blob=False)(
         given(scenarios(caps=frozenset(adapter.capabilities()),
-                        nonfinite_first=spec.nonfinite_first))(run_once))
+                        nonfinite_first=spec.nonfinite_first,
+                        finite_only=spec.finite_only))(once)))
     home = tempfile.mkdtemp(prefix="trainspec-hypothesis-")
     set_hypothesis_home_dir(home)  # its caches go there, never into the user's folder
     try:
         test()
+    except Unsatisfiable:  # every example run was set aside: none was this clause's
+        pass
     except Exception as e:  # CheckFailed, or a group of distinct failures hypothesis found
         if not failure:
             raise
@@ -181,11 +259,12 @@ def run_property(name: str, adapter: Any, *, max_examples: int, seed: int = 0) -
             if len(others) < len(e.exceptions) - 1:
                 failure["evidence"] += (f" (and {len(e.exceptions) - 1 - len(others)} other "
                                         "distinct failure(s))")
-        return {"passed": False, "examples": count, **failure}
     finally:
         set_hypothesis_home_dir(None)
         shutil.rmtree(home, ignore_errors=True)
-    return {"passed": True, "examples": count}
+    return {"passed": not failure, "examples": count(), **failure,
+            "judged": {spec.clause: count() - aside.total()},
+            "set_aside": dict(sorted(aside.items()))}
 
 
 # the keys a generated scenario draws (see ``scenarios``): a failure names them all, since

@@ -38,16 +38,9 @@ def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
         cases.append((improves, best.name))
     else:
         ctx.notes.append("the run wrote no best file, so none could be interrupted")
-    failures: list[str] = []
-    done = []
-    for s, name in cases:
-        what = _torn_writes(ctx, s, name, failures)
-        if what is not None:
-            done.append(what)
-    if failures:
-        raise CheckFailed("CKPT-2: " + "; and ".join(dict.fromkeys(failures)))
-    if not done:
-        raise NotApplicable("; ".join(ctx.notes))
+    done = [what for s, name in cases if (what := _torn_writes(ctx, s, name)) is not None]
+    if not done and not ctx.log.failing:
+        raise NotApplicable("; ".join([*ctx.log.inapplicable, *ctx.notes]))
     return f"killed at 0%, 50% and 100% of {' and of '.join(done)}: each path that held a " \
         "complete file still loads"
 
@@ -55,32 +48,44 @@ def check_interrupted_write_keeps_the_previous_file(ctx: CheckContext) -> str:
 _TORN_EPOCH = 2
 
 
-def _torn_writes(ctx: CheckContext, s: Scenario, name: str, failures: list[str]) -> str | None:
+def _torn_writes(ctx: CheckContext, s: Scenario, name: str) -> str | None:
     """Kill ``s`` inside its first write of epoch 2 (of ``name``, when given) at three
-    points, adding what went wrong to ``failures``; the write judged, or None (noted) when
-    the run made no such write."""
+    points, each a case of its own; the write judged, or None when the run made no such
+    write (the case says so, and the other points, the same write, are not tried)."""
     before = _files_before(ctx, s)
-    judged = ""
+    judged: list[str] = []  # the path each kill was judged at
+    what = f"the write of {name}" if name else "the epoch's first write"
     for fraction in (0.0, 0.5, 1.0):
         crash = CrashPoint(where="write", epoch=_TORN_EPOCH, fraction=fraction, file=name)
-        trace = ctx.run(s.replace(name=f"{s.name}-{fraction}", crash=crash))
-        torn = trace.rank0.crashes
-        if not torn:
-            ctx.notes.append(unreachable(crash, trace))
-            return None
-        torn_name = os.path.basename(torn[0].path or "") or "a checkpoint"
-        written = f"killed after writing {fraction:.0%} of {torn_name} in epoch " \
-            f"{_TORN_EPOCH} ({torn[0].bytes} bytes)"
-        target = _write_target(trace, torn[0], before)
-        judged = os.path.basename(target)
-        for problem in _kept(target, before, trace.files):
-            if problem.startswith("("):  # not judged: the path held no complete file before
-                ctx.notes.append(f"{written}: {os.path.basename(target)} {problem[1:-1]}")
-            else:
-                failures.append(f"{written}, {problem}: write to a temporary file in the same "
-                                "folder, fsync, then os.replace it over the old one")
+        trace = None
+        with ctx.case(f"{what}, killed at {fraction:.0%}", severity="loss"):
+            trace = ctx.run(s.replace(name=f"{s.name}-{fraction}", crash=crash))
+            torn = trace.rank0.crashes
+            if not torn:
+                raise NotApplicable(unreachable(crash, trace))
+            target = _write_target(trace, torn[0], before)
+            judged.append(os.path.basename(target))
+            _judge_tear(torn[0], target, before, trace.files, fraction)
+        if trace is not None and not trace.rank0.crashes:
+            return None  # the run made no such write: nor will it at the other points
     return f"the write of {name}" if name else \
-        f"the first checkpoint write of an epoch ({judged})"
+        f"the first checkpoint write of an epoch ({', '.join(dict.fromkeys(judged))})"
+
+
+def _judge_tear(torn: Crash, target: str, before: list[FileRecord] | None,
+                after: tuple[FileRecord, ...], fraction: float) -> None:
+    """One kill inside a write, judged at ``target``: CheckFailed with what was lost or
+    damaged; NotApplicable when the path held no complete file before."""
+    torn_name = os.path.basename(torn.path or "") or "a checkpoint"
+    written = f"killed after writing {fraction:.0%} of {torn_name} in epoch {_TORN_EPOCH} " \
+        f"({torn.bytes} bytes)"
+    problems = _kept(target, before, after)
+    found = [p for p in problems if not p.startswith("(")]
+    if found:
+        raise CheckFailed(f"CKPT-2: {written}, {'; '.join(found)}: write to a temporary file in "
+                          "the same folder, fsync, then os.replace it over the old one")
+    if problems:  # not judged: the path held no complete file before
+        raise NotApplicable(f"{written}: {os.path.basename(target)} {problems[0][1:-1]}")
 
 
 def _files_before(ctx: CheckContext, s: Scenario) -> list[FileRecord] | None:
@@ -116,10 +121,11 @@ def _write_target(trace: Trace, torn: Crash, before: list[FileRecord] | None) ->
     path = torn.path or ""
     if before is None or _same(before, path) is not None:
         return path
+    # a checkpoint whose name the temporary file's holds, in this run's folder (a trainer
+    # that writes into a folder of its own per run named the one of the run before anew)
     folder = os.path.dirname(path)
-    within = [f.relpath for f in before if f.role is not None and f.name in os.path.basename(path)
-              and os.path.dirname(f.relpath) == folder]
-    return max(within, key=len, default=path)
+    within = [f.name for f in before if f.role is not None and f.name in os.path.basename(path)]
+    return os.path.join(folder, max(within, key=len)) if within else path
 
 
 def _kept(target: str, before: list[FileRecord] | None,

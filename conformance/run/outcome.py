@@ -21,6 +21,12 @@ def _int(data: Mapping[str, object], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _counts(data: Mapping[str, object], key: str) -> dict[str, int]:
+    raw = data.get(key)
+    return {str(k): v for k, v in raw.items() if isinstance(v, int)} \
+        if isinstance(raw, dict) else {}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PropertyOutcome:
     """What a property run found: ``passed``, ``failed`` (with the shrunk falsifying example),
@@ -38,24 +44,24 @@ class PropertyOutcome:
     judged: Mapping[str, int] = field(default_factory=dict)
     out_of_time: bool = False  # generated runs: the time budget ended the draw
     clean: int | None = None  # generated runs: the runs that matched the model throughout
+    # properties: clause -> examples set aside as that clause's fault (its own check judges it)
+    set_aside: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, result: Mapping[str, object]) -> PropertyOutcome:
         """The property runner's JSON result (``checks.properties.run_property``)."""
         examples = _int(result, "examples") or 0
         clean = _int(result, "clean")
-        raw = result.get("judged")
-        judged = {str(k): int(v) for k, v in raw.items() if isinstance(v, int)} \
-            if isinstance(raw, dict) else {}
+        judged, set_aside = _counts(result, "judged"), _counts(result, "set_aside")
         broke = result.get("broke")
         if isinstance(broke, str):  # the runner could not judge: a run hung, the adapter broke
             return cls(verdict="broke", examples=examples, status=broke,
                        error=_str(result, "error"), detail=_str(result, "detail"))
         if result.get("passed") is True:
-            return cls(verdict="passed", examples=examples, judged=judged,
+            return cls(verdict="passed", examples=examples, judged=judged, set_aside=set_aside,
                        clean=clean, out_of_time=result.get("out_of_time") is True)
         scenario = result.get("scenario")
         return cls(verdict="failed", examples=examples, evidence=_str(result, "evidence"),
                    cause=_str(result, "cause"), scenario={str(k): v for k, v in scenario.items()}
                    if isinstance(scenario, dict) else None, judged=judged,
-                   clean=clean)
+                   set_aside=set_aside, clean=clean)

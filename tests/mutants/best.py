@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from tests.mutants.loop import AveragesOverNoEpochs
 from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer
 
@@ -196,3 +197,17 @@ class StaleStepAndBestLostOnThePeriod(BestFileStaleStep, WritesBestOnlyWithThePe
     """Two slips in one clause: best.pt carries a stale step from the first improvement on,
     and an improvement at an epoch the periodic save skips is never written. The lost best
     model is the graver and leads the evidence; the stale step is reported too."""
+
+
+@mutant_of("check_best_selection_matches_the_oracle",
+           expect="was taken as an improvement; expected none (scores so far [0.125, 0.125]",
+           proves=("BEST-1.3",))
+class TieAndInfWinBesideACrashAtZeroEpochs(AveragesOverNoEpochs):
+    """Compares with >= and guards against NaN only: a tie and +inf count as improvements;
+    and an eval-only run divides by zero. BEST-1's evidence is the tie, its own fault, never
+    the crash (LOOP-3's) nor +inf (NAN-1's) (tests/test_attribution.py)."""
+
+    def is_improvement(self, score: float) -> bool:
+        if math.isnan(score):
+            return False
+        return score <= self.best_score if self.val_minimize else score >= self.best_score

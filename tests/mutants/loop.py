@@ -160,3 +160,15 @@ class ValFirstNotTracked(BaseTrainer):
         if self._completed_epoch < 0 and not self.is_resumed:
             return False
         return super().save_if_best(score, metrics)
+
+
+@mutant_of("check_loop_zero_epochs_is_eval_only",
+           expect="the run raised: ZeroDivisionError: division by zero",
+           proves=("LOOP-3.2",))
+class AveragesOverNoEpochs(BaseTrainer):
+    """Logs the steps per epoch before the test pass, dividing by num_epochs: an eval-only run
+    raises and never tests."""
+
+    def _should_test(self) -> bool:
+        self.log("train/steps_per_epoch", self.train_step / self.cfg.num_epochs)
+        return super()._should_test()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from tests.mutants.loop import AveragesOverNoEpochs
 from tests.mutants.registry import mutant_of
 from trainspec.reference import BaseTrainer
 
@@ -103,3 +104,27 @@ class InfRefillsPatience(BaseTrainer):
         if math.isnan(score):
             return False
         return score < self.best_score if self.val_minimize else score > self.best_score
+
+
+@mutant_of("check_nonfinite_runs_match_the_oracle",
+           expect="the validation after epoch 0 was taken as an improvement; expected none "
+                  "(scores so far [nan]",
+           proves=("NAN-1.1", "NAN-2.1"))
+class FirstScoreAlwaysWins(BaseTrainer):
+    """Takes the first validation as the best whatever it scored ("nothing to compare with
+    yet"): a leading NaN becomes the incumbent."""
+
+    def is_improvement(self, score: float) -> bool:
+        return self.best_model is None or super().is_improvement(score)
+
+
+@mutant_of("check_nonfinite_scores_never_improve",
+           expect="after epoch 2 scored inf and was taken as an improvement",
+           proves=("NAN-1.1",))
+@mutant_of("check_loop_zero_epochs_is_eval_only",
+           expect="the run raised: ZeroDivisionError: division by zero",
+           proves=("LOOP-3.2",))
+class InfWinsAndAveragesOverNoEpochs(AveragesOverNoEpochs, InfRefillsPatience):
+    """Two slips of two clauses: +inf beats any incumbent (NAN-1), and an eval-only run
+    divides by zero (LOOP-3). Neither is BEST-1's or PAT-5's evidence
+    (tests/test_attribution.py)."""

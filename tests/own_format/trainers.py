@@ -4,7 +4,9 @@
 method) into every checkpoint and loads weights-only: as a training engine on torch 2.6 and
 later, it cannot resume from its own files. ``FolderCheckpoints`` writes each checkpoint as a
 folder of two files, and its resume unpickles one of them with ``pickle.load``;
-``FolderAdapter`` describes those folders for the suite.
+``FolderAdapter`` describes those folders for the suite. ``RemovesTheOldFileFirst`` writes
+through a temporary file and a rename, as an atomic write does, but removes the previous file
+before it starts: a kill inside the temporary file's write loses that file.
 """
 
 from __future__ import annotations
@@ -82,6 +84,15 @@ class FolderCheckpoints(BaseTrainer):
             self.epoch, self.train_step = int(ckpt["epoch"]) + 1, int(ckpt["train_step"])
             self._completed_epoch = int(ckpt["epoch"])
         return ckpt
+
+
+class RemovesTheOldFileFirst(BaseTrainer):
+    """Clears the way before each write: the previous file at the path is removed, then the
+    new one is written to a temporary file and renamed over the path."""
+
+    def _write_file(self, path: Path, state: dict[str, Any]) -> None:
+        path.unlink(missing_ok=True)
+        super()._write_file(path, state)
 
 
 _ROLES = {"last": "last", "best": "best"}
