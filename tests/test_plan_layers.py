@@ -23,6 +23,7 @@ PROCESS_ENV = {
     "run/launched.py": "the launch's rendezvous address, as the launcher set it",
     "run/world.py": "passes NCCL's error handling on to the ranks, beside what the user set",
     "run/profiling.py": "where the benchmark's run times go, set by the benchmark itself",
+    "run/audithooks.py": "a real run's shared run id, from the launcher's own job variables",
 }
 
 
