@@ -105,7 +105,7 @@ def _stop_divergence(seq: Validations) -> tuple[str, Step | None]:
 
 def _stops(seq: Validations) -> list[CheckResult]:
     assert seq.outcome is not None
-    cfg, outcome = seq.config, seq.outcome
+    cfg = seq.config
     evidence, nan_step = _stop_divergence(seq)
     ok = not evidence
     same = f"stop decisions equal the oracle's on the scores {seq.scores_text()}"
@@ -142,15 +142,36 @@ def _stops(seq: Validations) -> list[CheckResult]:
         for clause in ("PAT-1", "PAT-2", "PAT-3", "NAN-3"):
             out.append(result("audit_stops_match_the_oracle", clause, "n/a",
                               "not observable from this run: val.patience is unset"))
-    flags = all(s.improved is None or s.improved == d.improved
-                for s, d in zip(seq.steps, outcome.decisions, strict=False))
-    out.append(result("audit_decisions_match_the_oracle", "PAT-5",
-                      "passed" if ok and flags else "failed",
-                      f"improvement and stop decisions of {len(seq.steps)} validations equal "
-                      f"the oracle's on {seq.scores_text()}" if ok and flags else
-                      evidence or "an improvement verdict differs from the oracle's "
-                      "(see BEST-1, NAN-1)"))
+    # a stop clause charged with its own slip (PAT-3's start_patience) keeps PAT-5 failing
+    charged = any(r.outcome == "failed" for r in out if r.clauses[0].startswith("PAT-"))
+    out.append(_decisions(seq, evidence, None if charged else nan_step))
     return out
+
+
+def _decisions(seq: Validations, evidence: str, nan_step: Step | None) -> CheckResult:
+    """PAT-5 on every decision. As check's property does, it leads with a slip of its own:
+    when the first flag that differs is a non-finite score's (NAN-1's or NAN-2's) and any stop
+    that differs follows a non-finite score (NAN-3's), the decisions after it are that
+    fault's consequences, charged there."""
+    assert seq.outcome is not None
+    first = next((k for k, (s, d) in enumerate(zip(seq.steps, seq.outcome.decisions,
+                                                    strict=False))
+                  if s.improved is not None and s.improved != d.improved), None)
+    if first is None and not evidence:
+        return result("audit_decisions_match_the_oracle", "PAT-5", "passed",
+                      f"improvement and stop decisions of {len(seq.steps)} validations equal "
+                      f"the oracle's on {seq.scores_text()}")
+    flag_nan = first is not None and not math.isfinite(seq.steps[first].score)
+    if (first is None or flag_nan) and (not evidence or nan_step is not None):
+        at = seq.steps[first] if first is not None else nan_step
+        assert at is not None
+        return result("audit_decisions_match_the_oracle", "PAT-5", "passed",
+                      "decisions at finite scores equal the oracle's until the non-finite "
+                      f"score of {at.name}; those that differ follow it: NAN-1/NAN-2/NAN-3's "
+                      "fault, charged there")
+    return result("audit_decisions_match_the_oracle", "PAT-5", "failed",
+                  evidence or "an improvement verdict differs from the oracle's "
+                  "(see BEST-1, NAN-1)")
 
 
 def _counted(seq: Validations) -> list[bool]:
