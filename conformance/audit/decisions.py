@@ -39,12 +39,19 @@ def _mismatch(seq: Validations, i: int, what: str, got: bool, expected: bool) ->
             f"{seq.scores_text(i)}, {seq.config_text()}) at {step.where}")
 
 
+def _misjudged(seq: Validations) -> list[int]:
+    """The validations whose improvement flag differs from the oracle's, in order."""
+    assert seq.outcome is not None
+    return [i for i, (s, d) in enumerate(zip(seq.steps, seq.outcome.decisions, strict=False))
+            if s.improved is not None and s.improved != d.improved]
+
+
 def _improvements(seq: Validations) -> list[CheckResult]:
     assert seq.outcome is not None
     wrong: dict[str, str] = {}
-    for i, (step, decision) in enumerate(zip(seq.steps, seq.outcome.decisions, strict=False)):
-        if step.improved is None or step.improved == decision.improved:
-            continue
+    for i in _misjudged(seq):
+        step, decision = seq.steps[i], seq.outcome.decisions[i]
+        assert step.improved is not None
         clause = "NAN-1" if not math.isfinite(step.score) else (
             "NAN-2" if all(not math.isfinite(s.score) for s in seq.steps[:i]) and i
             else "BEST-1")
@@ -96,10 +103,9 @@ def _stop_divergence(seq: Validations) -> tuple[str, Step | None]:
     # the cause: the divergent validation's own non-finite score, or an earlier non-finite
     # score the trainer took as an improvement against the oracle (its patience reset there);
     # not the val.first validation's, which PAT-1.4 governs whatever its score
-    decisions = seq.outcome.decisions
+    misjudged = set(_misjudged(seq))
     cause = next((s for k, s in enumerate(seq.steps[: at + 1]) if not math.isfinite(s.score)
-                  and (k == at or (k < len(decisions) and s.improved is not None
-                                   and s.improved != decisions[k].improved))), None)
+                  and (k == at or k in misjudged)), None)
     return evidence, None if cause is None or cause.epoch is None else cause
 
 
@@ -153,10 +159,7 @@ def _decisions(seq: Validations, evidence: str, nan_step: Step | None) -> CheckR
     when the first flag that differs is a non-finite score's (NAN-1's or NAN-2's) and any stop
     that differs follows a non-finite score (NAN-3's), the decisions after it are that
     fault's consequences, charged there."""
-    assert seq.outcome is not None
-    first = next((k for k, (s, d) in enumerate(zip(seq.steps, seq.outcome.decisions,
-                                                    strict=False))
-                  if s.improved is not None and s.improved != d.improved), None)
+    first = next(iter(_misjudged(seq)), None)
     if first is None and not evidence:
         return result("audit_decisions_match_the_oracle", "PAT-5", "passed",
                       f"improvement and stop decisions of {len(seq.steps)} validations equal "
