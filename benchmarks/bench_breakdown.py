@@ -103,11 +103,11 @@ class RecordingHarness(Harness):
         return trace
 
     def property(self, name: str, *, runner: str, max_examples: int,
-                 adapter: AdapterSpec | None = None) -> PropertyOutcome:
+                 adapter: AdapterSpec | None = None, max_runs: int = 0) -> PropertyOutcome:
         start_s = self._start_world(1, adapter)
         began = time.perf_counter()
         outcome = super().property(name, runner=runner, max_examples=max_examples,
-                                   adapter=adapter)
+                                   adapter=adapter, max_runs=max_runs)
         self.records.append(RunRecord(
             scenario=f"{name} ({max_examples} examples)", kind="property", world_size=1,
             seconds=time.perf_counter() - began, world_start_s=start_s, wait="", wait_s=0.0))

@@ -41,7 +41,8 @@ class _NoRuns:
     def new_ckpt_root(self, label: str) -> Path:
         return self._root / label
 
-    def property(self, name: str, *, runner: str, max_examples: int) -> PropertyOutcome:
+    def property(self, name: str, *, runner: str, max_examples: int,
+                 max_runs: int = 0) -> PropertyOutcome:
         raise AssertionError("these checks run no property")
 
 

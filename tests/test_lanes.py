@@ -66,7 +66,8 @@ class CountingRuns:
     def new_ckpt_root(self, label: str) -> Path:
         return self.root
 
-    def property(self, name: str, *, runner: str, max_examples: int) -> PropertyOutcome:
+    def property(self, name: str, *, runner: str, max_examples: int,
+                 max_runs: int = 0) -> PropertyOutcome:
         raise AssertionError("no property here")
 
 

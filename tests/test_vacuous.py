@@ -101,7 +101,8 @@ class SimulatedRuns:
         path.mkdir(parents=True)
         return path
 
-    def property(self, name: str, *, runner: str, max_examples: int) -> PropertyOutcome:
+    def property(self, name: str, *, runner: str, max_examples: int,
+                 max_runs: int = 0) -> PropertyOutcome:
         ends = self.behaviour.property_ends
         if ends:
             return PropertyOutcome(verdict="broke", status=ends,
@@ -136,6 +137,12 @@ def test_no_check_passes_a_trainer_that_never_carries_a_scenario_out(
     result, runs = simulate(trainer, check_name, tmp_path)
     shown = f"{trainer} / {check_name}: {result.outcome}: {result.evidence}\n{result.detail}"
     allowed = ("failed", "timeout") if trainer == "Hangs" else ("failed",)
+    if result.outcome == "n/a" and check_name.startswith("check_generated_runs_"):
+        # a generated clause no chain judged rests on its hand-written checks (which fail this
+        # trainer): every chain speaking of it showed a slip, charged to the clause it breaks
+        assert "showed another clause's slip first; set aside the chains whose first slip " \
+            "is charged to" in result.evidence, shown
+        return
     assert result.outcome in allowed, shown
     says = BEHAVIOURS[trainer].says
     if says and runs.asked:  # a property check asks for no run: its evidence is its own

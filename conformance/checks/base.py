@@ -80,8 +80,11 @@ class Runs(Protocol):
         """A new, empty checkpoint folder (chained runs share one)."""
         ...
 
-    def property(self, name: str, *, runner: str, max_examples: int) -> PropertyOutcome:
-        """A hypothesis property run next to the trainer (``runner``: MODULE:FUNCTION)."""
+    def property(self, name: str, *, runner: str, max_examples: int,
+                 max_runs: int = 0) -> PropertyOutcome:
+        """A hypothesis property run next to the trainer (``runner``: MODULE:FUNCTION);
+        ``max_runs``: the trainer runs it may make, where it counts them (its bound grows
+        with them)."""
         ...
 
 
@@ -239,8 +242,10 @@ class _Watched:
     def new_ckpt_root(self, label: str) -> Path:
         return self.inner.new_ckpt_root(label)
 
-    def property(self, name: str, *, runner: str, max_examples: int) -> PropertyOutcome:
-        return self.inner.property(name, runner=runner, max_examples=max_examples)
+    def property(self, name: str, *, runner: str, max_examples: int,
+                 max_runs: int = 0) -> PropertyOutcome:
+        return self.inner.property(name, runner=runner, max_examples=max_examples,
+                                   max_runs=max_runs)
 
 
 SCRATCH = "<trainspec-tmp>"  # stands for the harness's temporary folder in evidence

@@ -6,18 +6,31 @@ spec names, and a score script with ties, non-finite values, gains below 0.01 an
 than float32 can tell apart. Each example runs the chain in this process (a forked worker
 child, as a property does), interrupting the source run by an exception at the drawn point,
 and compares every run's observables, files included, with
-:mod:`trainspec.conformance.spec.model`. A failure is shrunk and comes back with the sentence it
-breaks and the example as JSON, which :func:`replay_example` runs again.
+:mod:`trainspec.conformance.spec.model`.
+
+The engine works in two passes, both counted in trainer runs (never in seconds, so that a
+target gets the same examples, and so the same verdicts, on a quiet machine and a loaded one):
+
+- ``judge``: up to ``max_examples`` chains, or until the run budget is spent; every chain's
+  first divergence is charged to its clause (the first chain to show each clause's slip is
+  kept), and a chain that matches the model throughout is evidence for every clause it speaks
+  of;
+- ``shrink=<clause>``: the same draw again, failing on the first chain charged to that
+  clause, and shrunk within a budget of runs of its own.
+
+A memo file (JSON lines, one per chain judged) holds every chain's divergences, so that the
+shrink pass replays the draw up to its failure without running the trainer again. A failure
+comes back with the sentence it breaks and the example as JSON, which ``replay=`` runs again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +40,7 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.errors import Flaky, Unsatisfiable
 
+from trainspec.conformance.checks.attribution import finite_control
 from trainspec.conformance.checks.base import SCRATCH
 from trainspec.conformance.checks.chains import resume_cause, with_load
 from trainspec.conformance.checks.model_compare import (
@@ -34,6 +48,7 @@ from trainspec.conformance.checks.model_compare import (
     describe_example,
     divergences,
     file_divergences,
+    schedule_divergences,
     speaks_for,
 )
 from trainspec.conformance.run.adapter import CAPABILITIES
@@ -51,17 +66,16 @@ from trainspec.conformance.spec.model import (
     expect_run,
 )
 
-__all__ = ["examples", "judge_example", "run_generated"]
+__all__ = ["SET_ASIDE_SENTENCES", "examples", "judge_example", "quotas", "run_generated"]
 
 _POINTS: tuple[Interruption, ...] = ("train_start", "train_end", "val_start", "val_after_save")
 _MORE_FILES = 3  # a resume is judged from the drawn file and up to this many others
-_SET_ASIDE = 2  # runs showing a slip already charged, per example asked, before giving up
-# shrinking keeps the smallest failure found after this many candidates (a count: a loaded
-# machine reports the example a quiet one does), or these seconds (a bound for slow runs)
-_SHRINK_RUNS, _SHRINK_S = 80, 20.0
+# a crash on a non-finite score is NAN-3's (no model clause): the chains showing it are set
+# aside for the model's clauses, and NAN-3's own check judges the trainer on it
+SET_ASIDE_SENTENCES = ("NAN-3.1",)
 # the draw's seed, fixed, so that the examples do not change when the code drawing them does
 # (the seed the derandomized draw took from this module's code when the family's mutants,
-# tests/mutants/model.py, were measured against its first 30 chains)
+# tests/mutants/model.py, were first measured)
 _DRAW_SEED = int("2080930751183862293938553768689477505901499956361270823129059000608487686"
                  "4423270665686270720599787622790238187042159")
 
@@ -71,6 +85,15 @@ _TASK = Task(n_train=8, n_val=4, n_test=4, batch_size=4)
 
 class Interrupted(BaseException):
     """The drawn interruption: raised through the trainer as a kill would end it."""
+
+
+class _Spent(BaseException):
+    """The judge pass spent its budget of runs: the draw ends (not an Exception, so hypothesis
+    neither shrinks it nor counts it as a failure)."""
+
+
+# the trainer runs this process has made: the engine's budgets are counted in them
+_RUNS = [0]
 
 
 class _Broke(BaseException):
@@ -132,14 +155,29 @@ def _walk(draw: st.DrawFn, n: int, minimize: bool) -> list[float]:
     return out
 
 
+# the kinds of chain and the share of the chains each gets, drawn in this order (a resumed
+# chain, judged from up to four files, costs the most runs: it comes last), and what each needs
+_KINDS: tuple[tuple[str, int, frozenset[str]], ...] = (
+    ("fresh", 3, frozenset()), ("debug", 2, frozenset({"debug"})),
+    ("finetuned", 2, frozenset({"checkpoint", "finetune"})),
+    ("resumed", 3, frozenset({"checkpoint", "resume"})))
+
+
+def quotas(caps: frozenset[str], chains: int) -> dict[str, int]:
+    """How many of ``chains`` each kind of chain the target can make gets, by its share (a
+    draw of its own per kind: a kind hypothesis would draw rarely still gets its chains)."""
+    kinds = [(kind, share) for kind, share, needs in _KINDS if needs <= caps]
+    total = sum(share for _, share in kinds)
+    out = {kind: chains * share // total for kind, share in kinds}
+    out[kinds[0][0]] += chains - sum(out.values())  # what rounding left: fresh runs
+    return out
+
+
 @st.composite
-def examples(draw: st.DrawFn, *, caps: frozenset[str] = CAPABILITIES) -> dict[str, Any]:
-    """One generated chain: its kind, the fresh scenario, where the source is interrupted and
+def examples(draw: st.DrawFn, *, kind: str, caps: frozenset[str] = CAPABILITIES
+             ) -> dict[str, Any]:
+    """One generated chain of ``kind``: the fresh scenario, where the source is interrupted and
     which of its files the second run starts from (as JSON, the form a replay takes)."""
-    kinds = ["fresh"] + [k for k, needs in (
-        ("resumed", {"checkpoint", "resume"}), ("finetuned", {"checkpoint", "finetune"}),
-        ("debug", {"debug"})) if needs <= caps]
-    kind = draw(st.sampled_from(kinds))
     chained = kind in ("resumed", "finetuned")
     # a chain needs epochs before and after its file; a fresh run may train none
     low = 3 if chained else 0 if "eval_only" in caps else 1
@@ -185,6 +223,7 @@ def _run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | Non
     folder or registries, as in the harness): its rank trace and the files it left under
     ``root``."""
     root.mkdir(parents=True, exist_ok=True)  # the run's own ckpt_root exists, as in the harness
+    _RUNS[0] += 1
     before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
     run = run_in_fork(adapter, s, root, context=lambda r: _Interrupting(r, at), stop=Interrupted)
     if run.timed_out:
@@ -226,7 +265,7 @@ def _broke(kind: str, r: RankTrace, start: str | None = None) -> list[Divergence
     if start is not None and r.status == "raised" and not r.is_ours:
         cause = resume_cause(r.error, r.detail, start)
     return [Divergence(sentence=sentence, evidence=f"the {kind} run {r.status}: {r.error}; "
-                       "expected it to complete", cause=cause)]
+                       "expected it to complete", cause=cause, crashed=True)]
 
 
 def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[Divergence]:
@@ -255,7 +294,10 @@ def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[
     if src.status == "completed":  # not interrupted: judged as a whole fresh run
         out = divergences(chain.source, src, src_files)
     else:
-        out = file_divergences("interrupted source", chain.source, src_files)
+        assert point is not None
+        out = schedule_divergences("interrupted source", chain.source, src,
+                                   cut_in_validation=point[0] == "val_after_save")
+        out += file_divergences("interrupted source", chain.source, src_files)
     if out or chain.run is None:
         return out
     # a resume is judged from every file the source left (the drawn one first), a
@@ -303,80 +345,113 @@ def feasible(example: dict[str, Any]) -> bool:
 
 
 def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, Any]:
-    """The property runner (``name``: ``exclude=<clauses>;budget_s=<seconds>`` or
-    ``replay=<example JSON>``).
+    """The property runner. ``name`` is ``judge;runs=<budget>;memo=<path>``,
+    ``shrink=<clause>;kind=<kind>;runs=<budget>;memo=<path>`` or ``replay=<example JSON>``.
 
-    Examples showing a divergence of an excluded clause (one already charged) are skipped, so
-    the rest is judged on runs free of that slip. Past ``budget_s`` no new example runs (a
-    failure found keeps shrinking, within its own bound); the result says so.
+    ``judge`` returns the clauses charged (``found``: clause -> its first chain's failure,
+    unshrunk), the chains that matched the model (``clean``) and, per clause, how many of them
+    gave it something to judge (``judged``), and how many chains drawn spoke of it, clean or
+    not (``spoke``). ``shrink`` returns the failure of the smallest
+    chain charged to the clause that it found within its budget (``passed`` when the draw did
+    not meet the clause's failure again: the caller keeps the unshrunk one).
     """
     if name.startswith("replay="):
         example = json.loads(name.removeprefix("replay="))
-        found = _judged(adapter, example)
+        found = _judged(adapter, example, _Memo(None))
         return _result(found[0], example, 1) if found else {"passed": True, "examples": 1}
     asked = dict(part.partition("=")[::2] for part in name.split(";"))
-    exclude = set(filter(None, asked.get("exclude", "").split(",")))
-    deadline = time.monotonic() + float(asked.get("budget_s") or "inf")
-    failure: dict[str, Any] = {}
-    failing: set[str] = set()
-    judged: dict[str, int] = {}
-    count, since, set_aside, out_of_time, clean, shrinks = 0, [0.0], [0], [False], [0], [0]
-
-    def once(example: dict[str, Any]) -> None:
-        nonlocal count
-        if not failing and time.monotonic() > deadline:
-            out_of_time[0] = True  # the budget is spent: draw on, run nothing more
-            assume(False)
-        assume(feasible(example))
-        # past this many runs set aside, the rest would be too: draw on, run nothing more
-        assume(set_aside[0] < _SET_ASIDE * max_examples or bool(failing))
-        key = json.dumps(example, sort_keys=True)
-        if failing and key not in failing:
-            if shrinks[0] >= _SHRINK_RUNS or time.monotonic() - since[0] > _SHRINK_S:
-                return  # shrunk enough: keep the smallest failure found
-            shrinks[0] += 1
-        count += 1
-        found = _judged(adapter, example)
-        if any(d.clause in exclude for d in found):
-            set_aside[0] += 1
-            assume(False)
-        if not found:  # matched the model throughout: evidence for each clause it speaks of
-            clean[0] += 1
-            for clause in speaks_for(example):
-                judged[clause] = judged.get(clause, 0) + 1
-            return
-        if not failing:
-            since[0] = time.monotonic()
-        failing.add(key)
-        failure.clear()
-        failure.update(_result(found[0], example, count))
-        raise AssertionError(found[0].evidence)
-
+    memo = _Memo(Path(asked["memo"]) if asked.get("memo") else None)
+    budget = int(asked.get("runs") or 0)
     try:
-        failed = _draw(once, adapter, max_examples)
+        if "shrink" in asked:
+            return _shrink(asked["shrink"], asked.get("kind", ""), adapter, memo, budget,
+                           max_examples)
+        return _judge_pass(adapter, memo, budget, max_examples)
     except _Broke as broke:
         return {"broke": broke.status, "error": broke.error, "detail": broke.detail,
-                "examples": count}
+                "examples": 0}
+
+
+def _judge_pass(adapter: Any, memo: _Memo, budget: int, max_examples: int) -> dict[str, Any]:
+    """Up to ``max_examples`` chains, or ``budget`` trainer runs: each chain's first divergence
+    charged to its clause, each clean chain evidence for the clauses it speaks of."""
+    found: dict[str, dict[str, Any]] = {}
+    judged: dict[str, int] = {}
+    spoke: dict[str, int] = {}  # clause -> chains drawn that speak of it, clean or not
+    count, clean, spent, start = [0], [0], [False], _RUNS[0]
+
+    def once(example: dict[str, Any]) -> None:
+        assume(feasible(example))
+        if _RUNS[0] - start >= budget:
+            spent[0] = True
+            raise _Spent
+        count[0] += 1
+        ds = _judged(adapter, example, memo)
+        speaks = speaks_for(example)
+        for clause in speaks:
+            spoke[clause] = spoke.get(clause, 0) + 1
+        if not ds:  # matched the model throughout: evidence for each clause it speaks of
+            clean[0] += 1
+            for clause in speaks:
+                judged[clause] = judged.get(clause, 0) + 1
+        else:  # the first divergence is charged; the rest may follow from it
+            found.setdefault(ds[0].clause, _result(ds[0], example, count[0]))
+
+    with contextlib.suppress(_Spent):  # the budget of runs is spent: the draw ends
+        for kind, n in quotas(frozenset(adapter.capabilities()), max_examples).items():
+            _draw(once, adapter, n, kind)
+    return {"passed": True, "examples": count[0], "judged": judged, "spoke": spoke,
+            "clean": clean[0], "found": found, "runs": _RUNS[0] - start, "out_of_budget": spent[0]}
+
+
+def _shrink(clause: str, asked_kind: str, adapter: Any, memo: _Memo, budget: int,
+            max_examples: int) -> dict[str, Any]:
+    """The judge pass's draw of ``asked_kind`` chains again, failing on the first chain
+    charged to ``clause``, shrunk within ``budget`` trainer runs (the chains the memo holds
+    cost none)."""
+    failure: dict[str, Any] = {}
+    failing: set[str] = set()
+    count, since = [0], [0]
+
+    def once(example: dict[str, Any]) -> None:
+        assume(feasible(example))
+        key = json.dumps(example, sort_keys=True)
+        if failing and key not in failing and key not in memo \
+                and _RUNS[0] - since[0] >= budget:
+            return  # shrunk as far as the budget goes: keep the smallest failure found
+        count[0] += 1
+        ds = _judged(adapter, example, memo)
+        if not ds or ds[0].clause != clause:
+            return
+        if not failing:
+            since[0] = _RUNS[0]
+        failing.add(key)
+        failure.clear()
+        failure.update(_result(ds[0], example, count[0]))
+        raise AssertionError(ds[0].evidence)
+
+    kind = asked_kind
+    n = quotas(frozenset(adapter.capabilities()), max_examples).get(kind, 0)
+    failed = bool(n) and _draw(once, adapter, n, kind)
     if failed and not failure:
         raise AssertionError("a generated run failed, and its failure was not kept")
-    # clean: the runs that matched the model (none: every run made showed a slip set aside)
-    return {**(failure if failed else {"passed": True, "out_of_time": out_of_time[0]}),
-            "examples": count, "judged": judged, "clean": clean[0]}
+    return failure if failed else {"passed": True, "examples": count[0]}
 
 
-def _draw(once: Any, adapter: Any, max_examples: int) -> bool:
-    """Run ``once`` on up to ``max_examples`` derandomized examples; whether one failed."""
+def _draw(once: Any, adapter: Any, max_examples: int, kind: str) -> bool:
+    """Run ``once`` on up to ``max_examples`` derandomized chains of ``kind``; whether one
+    failed."""
     test = seed(_DRAW_SEED)(settings(
         max_examples=max_examples, derandomize=True, database=None, deadline=None,
         suppress_health_check=list(HealthCheck), print_blob=False)(
-        given(examples(caps=frozenset(adapter.capabilities())))(once)))
+        given(examples(kind=kind, caps=frozenset(adapter.capabilities())))(once)))
     home = tempfile.mkdtemp(prefix="trainspec-hypothesis-")
     set_hypothesis_home_dir(home)
     try:
         test()
     except (AssertionError, BaseExceptionGroup, Flaky):  # Flaky: it failed, then not
         return True
-    except Unsatisfiable:  # every draw set aside (out of budget, or a slip charged): none ran
+    except Unsatisfiable:  # every draw infeasible: none ran
         return False
     finally:
         set_hypothesis_home_dir(None)
@@ -384,8 +459,62 @@ def _draw(once: Any, adapter: Any, max_examples: int) -> bool:
     return False
 
 
-def _judged(adapter: Any, example: dict[str, Any]) -> list[Divergence]:
-    """The example's divergences, its scratch folder named as the suite names it."""
+class _Memo:
+    """Every chain judged on this target, by its JSON: its divergences (JSON lines in a file
+    the target's passes share; none: this process only)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path, self.seen = path, dict[str, list[Divergence]]()
+        if path is not None and path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                entry = json.loads(line)
+                self.seen[entry["key"]] = [Divergence(**d) for d in entry["divergences"]]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.seen
+
+    def put(self, key: str, ds: list[Divergence]) -> None:
+        self.seen[key] = ds
+        if self.path is not None:
+            entry = {"key": key, "divergences": [
+                {"sentence": d.sentence, "evidence": d.evidence, "cause": d.cause,
+                 "crashed": d.crashed} for d in ds]}
+            try:
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(entry) + "\n")
+            except OSError:  # the folder is gone (the check is over): this process keeps it
+                self.path = None
+
+
+def _judged(adapter: Any, example: dict[str, Any], memo: _Memo) -> list[Divergence]:
+    """The example's divergences (from the memo when it was judged before), its scratch folder
+    named as the suite names it; a crash that only a non-finite score causes is NAN-3's."""
+    key = json.dumps(example, sort_keys=True)
+    if key in memo:
+        return memo.seen[key]
+    ds = _judge_in_scratch(adapter, example)
+    if ds and ds[0].crashed and _nonfinite(example):
+        control = {**example, "scenario": finite_control(
+            Scenario.from_json(example["scenario"])).to_json()}
+        again = _judge_in_scratch(adapter, control)
+        if not (again and again[0].crashed):
+            ds = [Divergence(sentence="NAN-3.1", cause=ds[0].cause, crashed=True,
+                             evidence=f"{ds[0].evidence.partition('; expected')[0]}, on a "
+                             "non-finite score (with finite stand-ins the chain completes); "
+                             "expected a non-finite score to count as one non-improving "
+                             "validation, not to crash the run")]
+    memo.put(key, ds)
+    return ds
+
+
+def _nonfinite(example: dict[str, Any]) -> bool:
+    s = Scenario.from_json(example["scenario"])
+    first = [] if s.scores.first is None else [s.scores.pooled(None, 1)]
+    return not all(math.isfinite(x) for x in
+                   [*first, *(s.scores.pooled(e, 1) for e in range(len(s.scores.epochs)))])
+
+
+def _judge_in_scratch(adapter: Any, example: dict[str, Any]) -> list[Divergence]:
     with tempfile.TemporaryDirectory(prefix="trainspec-gen-", ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         return [replace(d, evidence=d.evidence.replace(str(root), SCRATCH))

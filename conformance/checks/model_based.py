@@ -4,17 +4,18 @@ One engine (:mod:`trainspec.conformance.checks.generated`, run next to the train
 property is) draws chains of runs and compares every observable with the model of the spec
 (:mod:`trainspec.conformance.spec.model`). Each divergence names the sentence it breaks, and is
 reported under that sentence's clause: one check per clause the model speaks for, all sharing
-the engine's runs. When a slip is found, the engine runs again with that clause set aside,
-skipping the examples that show it, so that the other clauses are judged on runs free of it.
+the engine's runs. Each chain's first divergence is charged to its clause (what follows it
+may be its consequence); a chain that matches the model throughout is evidence for every clause
+it speaks of. A clause charged is then shrunk to its smallest chain, in a pass of its own.
 
-The budget follows the profile: ``fast`` (the default check) draws a handful of chains,
-``ci`` (nightly) several times more.
+The budgets follow the profile (``fast`` in the default check, ``ci`` nightly) and are counted
+in trainer runs, never in seconds: the same target gets the same chains and the same verdicts
+on any machine, however loaded.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -29,8 +30,8 @@ from trainspec.conformance.run.adapter import Capability
 from trainspec.conformance.run.protocol import PropertyOutcome
 from trainspec.errors import AdapterError, HarnessError
 
-__all__ = ["ENGINE_MEMO", "GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "budget_for",
-           "examples_for"]
+__all__ = ["ENGINE_MEMO", "GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "examples_for",
+           "runs_for", "shrink_runs_for"]
 
 GENERATED_RUNNER = "trainspec.conformance.checks.generated:run_generated"
 ENGINE_MEMO = "model-based"  # the key of the engine's state in a target's CheckContext.memo
@@ -100,101 +101,100 @@ JUDGED_ON: dict[str, tuple[str, ...]] = {
 }
 
 
-def budget_for(max_examples: int) -> float:
-    """Seconds of generated runs per target, all engine runs together: 20 in the ``fast``
-    profile, 90 in ``ci``. The reference runs its 30 (fast) or 125 (ci) chains well within
-    it; a trainer whose runs take seconds gets fewer chains, and its evidence says so."""
-    return 20.0 if max_examples <= 60 else 90.0
+def runs_for(max_examples: int) -> int:
+    """Trainer runs the judge pass may make per target: 80 in the ``fast`` profile, 400 in
+    ``ci``. Counted in runs, never in seconds: a target gets the same chains, and so the same
+    verdicts, on a loaded machine as on a quiet one. The reference's 30 fast chains take 67
+    runs (a resumed chain is judged from up to four files)."""
+    return 80 if max_examples <= 60 else 400
+
+
+def shrink_runs_for(max_examples: int) -> int:
+    """Trainer runs that shrinking one clause's failure may make: 30 (``fast``), 150 (``ci``);
+    the chains the judge pass ran cost none (the engine's memo holds them)."""
+    return 30 if max_examples <= 60 else 150
 
 
 def examples_for(max_examples: int) -> int:
-    """Generated chains per engine run: 30 in the ``fast`` profile (60), 125 in ``ci`` (250).
+    """Generated chains per target: 30 in the ``fast`` profile (60), 125 in ``ci`` (250),
+    shared among the kinds of chain by :func:`~trainspec.conformance.checks.generated.quotas`.
 
-    30 is the fewest that catch every mutant of tests/mutants/model.py (measured: 20 miss
-    one); the draws are derandomized, so a target gets the same examples every time."""
+    The 30 fast chains catch every mutant of tests/mutants/model.py (tests/test_mutants.py);
+    the draws are derandomized, so a target gets the same examples every time."""
     return max(30, max_examples // 2)
 
 
 @dataclass(slots=True)
 class _Engine:
-    """What the engine found so far on this target: a failure per clause, and whether a run
-    with those clauses set aside passed."""
+    """The judge pass's outcome on this target, and the shrunk failure of each clause asked."""
 
-    found: dict[str, PropertyOutcome] = field(default_factory=dict)
-    settled: bool = False
-    examples: int = 0
-    runs: int = 0
-    judged: dict[str, int] = field(default_factory=dict)  # clause -> examples that judged it
-    broke: PropertyOutcome | None = None  # the engine could not judge: every clause says so
-    spent_s: float = 0.0
-    out_of_time: bool = False
-    clean: int = 0  # runs (of every engine run) that matched the model throughout
+    memo: str = ""  # the file of chains judged, shared by the passes
+    judged: PropertyOutcome | None = None
+    shrunk: dict[str, PropertyOutcome] = field(default_factory=dict)
 
 
 def _engine(ctx: CheckContext) -> _Engine:
     state = ctx.memo.get(ENGINE_MEMO)
     if not isinstance(state, _Engine):
-        state = _Engine()
+        state = _Engine(memo=str(ctx.runs.new_ckpt_root("generated-memo") / "chains.jsonl"))
         ctx.memo[ENGINE_MEMO] = state
     return state
 
 
-def _clause_of(evidence: str) -> str:
-    return evidence.partition(":")[0].rpartition(".")[0]
+def _pass(ctx: CheckContext, name: str, runs: int) -> PropertyOutcome:
+    state = _engine(ctx)
+    return ctx.runs.property(f"{name};runs={runs};memo={state.memo}", runner=GENERATED_RUNNER,
+                             max_examples=examples_for(ctx.max_examples),
+                             max_runs=runs)
 
 
 def _judge(ctx: CheckContext, clause: str) -> str:
     state = _engine(ctx)
-    budget = examples_for(ctx.max_examples)
-    total_s = budget_for(ctx.max_examples)
-    if state.broke is not None:
-        _broke(clause, state.broke)
-    while clause not in state.found and not state.settled and state.runs <= len(MODEL_CLAUSES):
-        left_s = total_s - state.spent_s
-        if left_s <= 0:
-            state.out_of_time = state.settled = True
-            break
-        state.runs += 1
-        started = time.monotonic()
-        outcome = ctx.runs.property(f"exclude={','.join(sorted(state.found))};"
-                                    f"budget_s={left_s:.1f}",
-                                    runner=GENERATED_RUNNER, max_examples=budget)
-        state.spent_s += time.monotonic() - started
-        state.out_of_time = state.out_of_time or outcome.out_of_time
-        state.examples += outcome.examples
-        state.clean += outcome.clean or 0
-        for judged, n in outcome.judged.items():
-            state.judged[judged] = state.judged.get(judged, 0) + n
-        if outcome.verdict == "passed":
-            state.settled = True
-        elif outcome.verdict == "broke":
-            state.broke = outcome
-            _broke(clause, outcome)
-        else:
-            state.found.setdefault(_clause_of(outcome.evidence), outcome)
-    found = state.found.get(clause)
+    budget = runs_for(ctx.max_examples)
+    if state.judged is None:
+        state.judged = _pass(ctx, "judge", budget)
+    outcome = state.judged
+    if outcome.verdict == "broke":
+        _broke(clause, outcome)
+    found = outcome.found.get(clause)
     if found is not None:
-        raise CheckFailed(f"{found.evidence} [a generated run, shrunk; replay in the detail]",
-                          _reproducer(ctx.target_args, dict(found.scenario or {})),
-                          cause=found.cause)
-    others = f"; set aside the slips charged to {', '.join(sorted(state.found))}" \
-        if state.found else ""
-    n_judged = state.judged.get(clause, 0)
-    timed = f" (the {total_s:.0f} s budget of generated runs ended the draw)" \
-        if state.out_of_time else ""
-    # out of budget before a run of its kind came: the clause rests on its hand-written
-    # checks; but when no run at all matched the model (each showed a slip), those slips are
-    # what kept it from being judged
-    if not n_judged and state.out_of_time and (state.clean or not state.found):
+        raise _failed(ctx, state, clause, found)
+    others = sorted(outcome.found)
+    aside = f"; set aside the chains whose first slip is charged to {', '.join(others)}" \
+        if others else ""
+    n_judged = outcome.judged.get(clause, 0)
+    spent = f"; the judge pass's {budget} runs ended the draw" if outcome.out_of_budget else ""
+    if not n_judged:
+        # nothing judged it: the clause rests on its hand-written checks, and its verdict is
+        # theirs (the slips that kept it from being judged are charged to their own clauses)
+        spoke = outcome.spoke.get(clause, 0)
+        why = (f"each of the {spoke} chains that speak of it showed another clause's slip "
+               "first" if spoke else "no chain drawn speaks of it")
         raise NotApplicable(f"{clause}: not judged by generated runs: none of the "
-                            f"{state.examples} run within the {total_s:.0f} s budget gave "
-                            f"it anything to judge{others}")
-    if not n_judged:  # every run that would have judged it showed a slip set aside
-        raise CheckFailed(f"{clause}: none of the {state.examples} generated runs gave it "
-                          f"anything to judge{others}: each run the clause speaks of showed "
-                          "one of those slips first")
-    return (f"{n_judged} of {state.examples} generated runs (fresh, resumed, finetuned, debug) "
-            f"judged {clause} and matched the model on every sentence of it{others}{timed}")
+                            f"{outcome.examples} generated chains ({outcome.runs} runs) gave "
+                            f"it anything to judge: {why}{aside}{spent}")
+    return (f"{n_judged} of {outcome.examples} generated chains (fresh, resumed, finetuned, "
+            f"debug; {outcome.runs} runs) judged {clause} and matched the model on every "
+            f"sentence of it{aside}{spent}")
+
+
+def _failed(ctx: CheckContext, state: _Engine, clause: str, found: PropertyOutcome
+            ) -> CheckFailed:
+    """The clause's failure, shrunk (the first chain charged to it when shrinking could not
+    meet it again, or broke)."""
+    shrunk = state.shrunk.get(clause)
+    if shrunk is None:
+        kind = (found.scenario or {}).get("kind", "")
+        shrunk = state.shrunk[clause] = _pass(ctx, f"shrink={clause};kind={kind}",
+                                              shrink_runs_for(ctx.max_examples))
+    how = "a generated run, shrunk"
+    if shrunk.verdict != "failed":
+        how = "a generated run, not shrunk" + (
+            f": shrinking {shrunk.status}: {shrunk.error}" if shrunk.verdict == "broke" else "")
+        shrunk = found
+    return CheckFailed(f"{shrunk.evidence} [{how}; replay in the detail]",
+                       _reproducer(ctx.target_args, dict(shrunk.scenario or {})),
+                       cause=shrunk.cause)
 
 
 def _broke(clause: str, outcome: PropertyOutcome) -> NoReturn:

@@ -29,7 +29,8 @@ from trainspec.conformance.spec.model import (
     expect_run,
 )
 
-__all__ = ["Divergence", "describe_example", "divergences", "file_divergences", "speaks_for"]
+__all__ = ["Divergence", "describe_example", "divergences", "file_divergences",
+           "schedule_divergences", "speaks_for"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +38,7 @@ class Divergence:
     sentence: str  # "RES-3.3"
     evidence: str  # one line: observed vs expected
     cause: str = ""  # the words a hand-written check would group the same fault under
+    crashed: bool = False  # the run raised instead of completing
 
     @property
     def clause(self) -> str:
@@ -115,6 +117,24 @@ def _validations(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergenc
                            f"{[label(None if v.phase == 'first' else v.epoch) for v in seen]}"
                            f"; expected {[label(x.epoch) for x in expected]}")]
     return []
+
+
+def schedule_divergences(kind: str, want: RunExpect, r: RankTrace, *,
+                         cut_in_validation: bool) -> list[Divergence]:
+    """When an interrupted run validated, against the model (its decisions are judged on whole
+    runs); ``cut_in_validation``: it was interrupted inside its last validation, which may
+    have left no record. A schedule slip is charged here before the files it leaves."""
+    seen = [None if v.phase == "first" else v.epoch for v in r.validations]
+    expected = [d.epoch for d in want.validations]
+    if seen == expected or (cut_in_validation and expected and seen == expected[:-1]):
+        return []
+    i = next((i for i, (a, b) in enumerate(zip(seen, expected, strict=False)) if a != b),
+             min(len(seen), len(expected)))
+    sentence = "LOOP-2.2" if i == len(seen) else "LOOP-2.1"
+    if i < min(len(seen), len(expected)) and None in (seen[i], expected[i]):
+        sentence = "LOOP-2.3"
+    return [Divergence(sentence=sentence, evidence=f"the {kind} run validated after "
+                       f"{[label(x) for x in seen]}; expected {[label(x) for x in expected]}")]
 
 
 def _epochs(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["AdapterRuns", "AdapterSpec", "Harness", "PropertyOutcome", "World"]
 
 Backend = Literal["gloo", "nccl"]
+# a property that counts its trainer runs is bounded by this much per run it may make
+_PER_RUN_BOUND_S = 3.0
 
 
 class Harness:
@@ -200,12 +202,15 @@ class Harness:
             preload=preload)
 
     def property(self, name: str, *, runner: str, max_examples: int,
-                 adapter: AdapterSpec | None = None) -> PropertyOutcome:
-        """A property run (``runner``: MODULE:FUNCTION judging it next to the trainer)."""
-        # a property is many runs: its bound scales with the examples it may take
+                 adapter: AdapterSpec | None = None, max_runs: int = 0) -> PropertyOutcome:
+        """A property run (``runner``: MODULE:FUNCTION judging it next to the trainer);
+        ``max_runs``: the trainer runs it may make, where it counts them."""
+        # a property is many runs: its bound scales with the examples it may take, and with
+        # the runs it counts (a guard against hangs only: each run has its own bound)
         return self.world(1, adapter).run_property(
             name, runner=runner, max_examples=max_examples,
-            timeout_s=self.bound_s(self.timeout_s + 0.5 * max_examples),
+            timeout_s=self.bound_s(self.timeout_s + 0.5 * max_examples
+                                   + _PER_RUN_BOUND_S * max_runs),
             run_timeout_s=self.bound_s(self.timeout_s))
 
     def close(self) -> None:
@@ -255,6 +260,7 @@ class AdapterRuns:
     def new_ckpt_root(self, label: str) -> Path:
         return self.harness.new_ckpt_root(label)
 
-    def property(self, name: str, *, runner: str, max_examples: int) -> PropertyOutcome:
+    def property(self, name: str, *, runner: str, max_examples: int,
+                 max_runs: int = 0) -> PropertyOutcome:
         return self.harness.property(name, runner=runner, max_examples=max_examples,
-                                     adapter=self.adapter)
+                                     adapter=self.adapter, max_runs=max_runs)

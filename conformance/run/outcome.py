@@ -42,8 +42,12 @@ class PropertyOutcome:
     cause: str = ""  # failed: the words the same fault is grouped under elsewhere, if any
     # generated runs: clause -> examples judged (not set aside) that gave it something to judge
     judged: Mapping[str, int] = field(default_factory=dict)
-    out_of_time: bool = False  # generated runs: the time budget ended the draw
-    clean: int | None = None  # generated runs: the runs that matched the model throughout
+    out_of_budget: bool = False  # generated runs: the budget of runs ended the draw
+    clean: int | None = None  # generated runs: the chains that matched the model throughout
+    runs: int = 0  # generated runs: the trainer runs the pass made
+    spoke: Mapping[str, int] = field(default_factory=dict)  # clause -> chains speaking of it
+    # generated runs' judge pass: clause -> the first chain charged to it (failed, unshrunk)
+    found: Mapping[str, PropertyOutcome] = field(default_factory=dict)
     # properties: clause -> examples set aside as that clause's fault (its own check judges it)
     set_aside: Mapping[str, int] = field(default_factory=dict)
 
@@ -58,8 +62,12 @@ class PropertyOutcome:
             return cls(verdict="broke", examples=examples, status=broke,
                        error=_str(result, "error"), detail=_str(result, "detail"))
         if result.get("passed") is True:
+            found = result.get("found")
             return cls(verdict="passed", examples=examples, judged=judged, set_aside=set_aside,
-                       clean=clean, out_of_time=result.get("out_of_time") is True)
+                       clean=clean, out_of_budget=result.get("out_of_budget") is True,
+                       runs=_int(result, "runs") or 0, spoke=_counts(result, "spoke"),
+                       found={str(k): cls.from_json(v) for k, v in found.items()
+                              if isinstance(v, dict)} if isinstance(found, dict) else {})
         scenario = result.get("scenario")
         return cls(verdict="failed", examples=examples, evidence=_str(result, "evidence"),
                    cause=_str(result, "cause"), scenario={str(k): v for k, v in scenario.items()}

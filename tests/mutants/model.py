@@ -57,8 +57,8 @@ class OneImprovementPerEpochNumber(BaseTrainer):
 
 
 @mutant_of("check_generated_runs_take_strict_improvements",
-           expect="the fresh run's validation 1 (after epoch 1) was not taken as an improvement; "
-                  "expected an improvement (scores [0.375, 0.379])",
+           expect="the fresh run's validation 1 (after epoch 0) was not taken as an improvement; "
+                  "expected an improvement (scores [0.5, 0.5005])",
            proves=("BEST-1.1",))
 class IgnoresGainsBelowMinDelta(BaseTrainer):
     """Takes a score as better only by more than 0.01, a library's default ``min_delta``."""
@@ -73,7 +73,8 @@ class IgnoresGainsBelowMinDelta(BaseTrainer):
 
 
 @mutant_of("check_generated_runs_pool_the_score",
-           expect="the fresh run's validation 0 (after val.first) pooled the score",
+           expect="the fresh run's validation 0 (after val.first) pooled the score nan; "
+                  "expected inf",
            proves=("DIST-1.1",))
 class PoolsFiniteRanksOnly(BaseTrainer):
     """Pools only the ranks whose total is finite: a NaN on one rank alone goes unseen."""
@@ -112,7 +113,7 @@ class SkipsValFirstWhenLoading(BaseTrainer):
 
 
 @mutant_of("check_generated_runs_leave_the_model_files",
-           expect="the resumed run left no epoch_2.pt; expected one of epoch 2",
+           expect="the resumed run left no epoch_4.pt; expected one of epoch 4",
            proves=("CKPT-1.3",))
 class EpochFilesCountFromTheStart(BaseTrainer):
     """Writes ``epoch_<e>.pt`` every n epochs of this run, counted from where it started: a
@@ -145,15 +146,27 @@ class TestsTheFinalWeights(BaseTrainer):
         self.best_model = getattr(self, "_kept", self.best_model)
 
 
+@mutant_of("check_generated_runs_train_each_epoch_once",
+           expect="the fresh run raised: IndexError: validation history index out of range",
+           proves=("LOOP-1.1",))
+class CountsValidationsByTheInterval(BaseTrainer):
+    """Keeps one slot of validation history per ``val.every_n_epochs`` epochs: the
+    ``val.first`` validation and the final epoch's own one, due off the interval, find none,
+    and the run raises (on any scores: a crash of the loop, not a non-finite score's)."""
+
+    def _validate(self) -> bool:
+        slots = self.cfg.num_epochs // self.cfg.val.every_n_epochs
+        self._made = getattr(self, "_made", 0) + 1
+        if self._made > slots:
+            raise IndexError("validation history index out of range")
+        return super()._validate()
+
+
 # Mutants of other families that the generated runs catch too, declared here (their
 # evidence is this family's): each check of the family needs one that fails it.
 mutant_of("check_generated_runs_write_best_on_improvement",
-          expect="the fresh run's best.pt holds epoch 0, step 2; expected epoch 2, step 6",
+          expect="the fresh run's best.pt holds epoch 0, step 2; expected epoch 3, step 8",
           proves=("BEST-3.4",))(_best.WritesBestOnlyOnce)
-mutant_of("check_generated_runs_train_each_epoch_once",
-          expect="the fresh run raised: ValueError: validation score is nan; check the model for "
-                 "divergence; expected it to complete",
-          proves=("LOOP-1.1",))(_nan.RaisesOnNanScore)
 mutant_of("check_generated_runs_keep_the_best_weights",
           expect="the fresh run's best weights are not those validated after val.first, the best "
                  "score",
