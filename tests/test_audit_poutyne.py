@@ -66,16 +66,12 @@ _INF = ("the check fails on an infinite score (PeriodicSaveCallback.on_epoch_end
         "NaN is never a best (NaN > best is False) and adds a miss")
 NOT_MET: dict[str, dict[str, str]] = {
     "scripted": {
-        "LOOP-1": "the check fails where every score is NaN and ModelBundle.test's best-epoch "
-                  "lookup in log.tsv raises (get_best_epoch_stats); this run has a finite "
-                  "score, no bundle and no test",
         "BEST-4": "the check fails where every score is NaN: ModelBundle.test's lookup of the "
                   "best epoch in log.tsv raises (pandas idxmax), so no test runs; this run "
                   "has a finite best and tests with evaluate_generator",
         "NAN-1": _INF, "NAN-3": _INF,
     },
     "infinite": {
-        "LOOP-1": "as in the scripted run: no all-NaN run, no ModelBundle.test",
         "BEST-2": "the check's run has no infinite score; here +inf, Poutyne's best (NAN-1's "
                   "cause), holds the best weights where the oracle's best is 0.5",
     },
