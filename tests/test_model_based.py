@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 from trainspec.conformance.checks import CHECKS
-from trainspec.conformance.checks.generated import SET_ASIDE_SENTENCES, run_generated
+from trainspec.conformance.checks.generated import SET_ASIDE_SENTENCES
+from trainspec.conformance.checks.generated_passes import run_generated
 from trainspec.conformance.checks.model_based import (
     JUDGED_ON,
     MODEL_CLAUSES,

@@ -39,6 +39,9 @@ SEED_FAILS: dict[str, str] = {
     # checkpoints are written before validation and carry no best score, epoch, weights or
     # patience: a resume restarts best tracking and patience
     "RES-3": "uninterrupted",
+    # the same weak point in the files: a run interrupted while validating epoch e has already
+    # written epoch_e.pt, a file that says epoch e completed though its validation never ran
+    "CKPT-1": "the interrupted source run left epoch_",
     # no RNG state in checkpoints: the resumed run shuffles differently
     "RES-4": "RNG state differed",
     # no item class recorded, and Adam's state loads into SGD silently; an absent item is only

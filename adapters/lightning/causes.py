@@ -37,6 +37,12 @@ _NO_RNG = ("lightning/pytorch/trainer/connectors/checkpoint_connector.py, "
            "resumed fit draws the next epoch's order (RandomSampler) from torch's generator "
            "as seed_everything left it at the start of the new process")
 
+_NEW_DIRPATH = (f"{_MC}.load_state_dict: when the resumed run's dirpath differs from the one "
+                "the checkpoint records (a resume writing into a folder of its own), "
+                "best_model_score, best_k_models, kth_value and last_model_path are not "
+                "reloaded (a warning says so), only best_model_path: the resumed run's first "
+                "validation meets no incumbent, so a tie or a worse score is an improvement")
+
 SOURCES: dict[str, str] = {
     "BEST-1": _NO_TRACKING,
     "PAT-5": f"{_NO_TRACKING}; {_EVERY_N}; {_ES}._evaluate_stopping_criteria (check_finite)",
@@ -48,6 +54,7 @@ SOURCES: dict[str, str] = {
              "training at the first non-finite score; with check_finite=False a NaN counts "
              "as a non-improvement, but monitor_op (torch.gt for mode max, torch.lt for min) "
              "takes +inf (-inf) as an improvement that resets wait_count",
+    "RES-3": _NEW_DIRPATH,
     "RES-4": _NO_RNG,
     "DIST-3": (f"{_MC}.check_monitor_top_k: each rank compares its own logged monitor "
                "(self.log's sync_dist=False, the default, leaves it rank-local), then "
@@ -91,6 +98,10 @@ ROOT_CAUSES: tuple[RootCause, ...] = (
                       "or -inf (min) is an improvement that refills patience",
               source=f"{_ES}._evaluate_stopping_criteria",
               clauses=("NAN-3", "PAT-5")),
+    RootCause(summary="a resume into another folder than the checkpoint's forgets the best "
+                      "score: the resumed run's first validation is an improvement whatever "
+                      "its score",
+              source=f"{_MC}.load_state_dict", clauses=("RES-3",)),
     RootCause(summary="checkpoints hold no RNG state: a resumed fit shuffles the next epoch "
                       "from a freshly seeded generator",
               source="lightning/pytorch/trainer/connectors/checkpoint_connector.py, "

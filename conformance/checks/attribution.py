@@ -35,7 +35,8 @@ from trainspec.conformance.run.scenario import Scenario, ScoreScript
 from trainspec.conformance.run.trace import RankTrace
 from trainspec.conformance.spec.oracle import decide, expected_validations
 
-__all__ = ["Attempt", "Finding", "Slip", "attribute", "finite_control", "first_slip"]
+__all__ = ["Attempt", "Finding", "Slip", "attribute", "finite_control", "first_slip",
+           "validated_scores"]
 
 SlipKind = Literal["improved", "stop", "schedule", "best", "raised", "other"]
 
@@ -122,7 +123,7 @@ def off_schedule(s: Scenario, r: RankTrace) -> bool:
         and all(e is not None and e in r.epochs_trained for e in missing)
 
 
-def _validated_scores(s: Scenario) -> list[float]:
+def validated_scores(s: Scenario) -> list[float]:
     due = expected_validations(num_epochs=s.get("num_epochs"),
                                every_n_epochs=s.get("val.every_n_epochs"),
                                first=s.get("val.first"))
@@ -183,7 +184,7 @@ def attribute(tried: Attempt, *, own: str, finite_owner: str, owns: frozenset[st
         return Finding(clause=own, attempt=tried)
     if judges_schedule and not tried.raised and off_schedule(s, tried.rank):
         return Finding(clause="LOOP-2", attempt=tried)
-    if all(math.isfinite(x) for x in _validated_scores(s)):
+    if all(math.isfinite(x) for x in validated_scores(s)):
         # a crash on finite scores is no other clause's: the property's own evidence
         return Finding(clause=own if tried.raised else finite_owner, attempt=tried)
     slip = first_slip(tried, stops=stops)

@@ -82,9 +82,8 @@ class Runs(Protocol):
 
     def property(self, name: str, *, runner: str, max_examples: int,
                  max_runs: int = 0) -> PropertyOutcome:
-        """A hypothesis property run next to the trainer (``runner``: MODULE:FUNCTION);
-        ``max_runs``: the trainer runs it may make, where it counts them (its bound grows
-        with them)."""
+        """A hypothesis property run next to the trainer (``runner``: MODULE:FUNCTION), its
+        bound grown by the ``max_runs`` trainer runs it may make."""
         ...
 
 
@@ -115,11 +114,8 @@ CHECKS: dict[str, CheckSpec] = {}
 def check(*clauses: str, requires: Iterable[Capability] = (), multi_rank: bool = False,
           covers: Iterable[str] = (), imports: Iterable[str] = ()
           ) -> Callable[[CheckFunc], CheckFunc]:
-    """Register a check for ``clauses``; its name is the function's name.
-
-    ``covers`` names the sentences it exercises (``"RES-5.2"``), for the coverage map
-    (:mod:`trainspec.conformance.checks.coverage`).
-    """
+    """Register a check for ``clauses``, named as its function; ``covers`` names the
+    sentences it exercises (``"RES-5.2"``), for :mod:`trainspec.conformance.checks.coverage`."""
 
     def register(func: CheckFunc) -> CheckFunc:
         name = func.__name__

@@ -1,6 +1,6 @@
 """The model-based family: generated runs of every kind against the executable model.
 
-One engine (:mod:`trainspec.conformance.checks.generated`, run next to the trainer as a
+One engine (:mod:`trainspec.conformance.checks.generated_passes`, run next to the trainer as a
 property is) draws chains of runs and compares every observable with the model of the spec
 (:mod:`trainspec.conformance.spec.model`). Each divergence names the sentence it breaks, and is
 reported under that sentence's clause: one check per clause the model speaks for, all sharing
@@ -33,7 +33,7 @@ from trainspec.errors import AdapterError, HarnessError
 __all__ = ["ENGINE_MEMO", "GENERATED_RUNNER", "JUDGED_ON", "MODEL_CLAUSES", "examples_for",
            "runs_for", "shrink_runs_for"]
 
-GENERATED_RUNNER = "trainspec.conformance.checks.generated:run_generated"
+GENERATED_RUNNER = "trainspec.conformance.checks.generated_passes:run_generated"
 ENGINE_MEMO = "model-based"  # the key of the engine's state in a target's CheckContext.memo
 
 

@@ -57,34 +57,51 @@ def _same(a: float, b: float) -> bool:
 
 
 def _start(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:
-    if r.setup is None:
+    """Where the run's first epoch started (its Setup record may be written before the
+    framework has loaded the checkpoint, so only training shows where it starts; a run that
+    trained nothing is judged by its epochs)."""
+    if not r.train_epochs:
         return []
+    first = r.train_epochs[0]
     epoch_s = {"resumed": "RES-1.1", "finetuned": "FT-1.2"}.get(kind, "LOOP-1.2")
-    if r.setup.epoch != want.start_epoch:
+    if first.epoch != want.start_epoch:
         return [Divergence(sentence=epoch_s, evidence=f"the {kind} run started at epoch "
-                           f"{r.setup.epoch}; expected {want.start_epoch}")]
+                           f"{first.epoch}; expected {want.start_epoch}")]
     step_s = {"resumed": "RES-1.2", "finetuned": "FT-1.2"}.get(kind)
-    if step_s is not None and r.setup.train_step != want.start_step:
+    if step_s is not None and first.start_step != want.start_step:
         return [Divergence(sentence=step_s, evidence=f"the {kind} run started at train_step "
-                           f"{r.setup.train_step}; expected {want.start_step}")]
+                           f"{first.start_step}; expected {want.start_step}")]
     return []
 
 
-def _decision_sentence(kind: RunKind, what: str, v: ValidationExpect) -> str:
+def _decision_sentence(kind: RunKind, what: str, v: ValidationExpect | None) -> str:
     if kind == "resumed":
         return "RES-3.3"  # the same decisions as the uninterrupted run
     # a finetune tracks afresh (FT-4): its slips read as a fresh run's would
-    if what == "improved":
+    if what == "improved" and v is not None:
         return "BEST-1.1" if math.isfinite(v.score) else "NAN-1.1"
     return "PAT-5.1"
 
 
 def _validations(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:
+    out = _schedule_or_decisions(kind, kind, want, r)
+    if out and out[0].sentence.startswith("LOOP-2.") and any(
+            e >= want.num_epochs for e in r.epochs_trained):
+        # validations after epochs past the run's end follow from those epochs: the epochs'
+        # sentence is the cause (past an early stop, the stop decision is: kept as it is)
+        return _epochs(kind, want, r) or out
+    return out
+
+
+def _schedule_or_decisions(kind: RunKind, name: str, want: RunExpect, r: RankTrace, *,
+                           judged: int | None = None) -> list[Divergence]:
+    """The validations in order against the model's: schedule, pooled score, improvement,
+    stop (the first ``judged`` only, where given: their count is not judged)."""
     seen = list(r.validations)
     expected = list(want.validations)
-    for i, (v, d) in enumerate(zip(seen, expected, strict=False)):
+    for i, (v, d) in enumerate(zip(seen[:judged], expected, strict=False)):
         got = None if v.phase == "first" else v.epoch
-        where = f"the {kind} run's validation {i} (after {label(d.epoch)})"
+        where = f"the {name} run's validation {i} (after {label(d.epoch)})"
         if got != d.epoch:
             sentence = "LOOP-2.1"
             if None in (got, d.epoch):
@@ -106,28 +123,34 @@ def _validations(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergenc
             return [Divergence(sentence=_decision_sentence(kind, "stop", d),
                                evidence=f"{where} {'stopped' if v.stop else 'did not stop'} "
                                f"the run; expected {'a stop' if d.stop else 'no stop'}")]
-    if len(seen) != len(expected):
-        more = len(seen) > len(expected)
-        stopped = bool(expected) and expected[-1].stop
-        sentence = _decision_sentence(kind, "stop", expected[-1]) if more and stopped \
-            else "LOOP-2.2" if not more else "LOOP-2.1"
-        if kind == "debug" and more and not stopped:  # validations of epochs past the cap
-            sentence = "DBG-2.1" if want.epochs_trained else "DBG-2.2"
-        return [Divergence(sentence=sentence, evidence=f"the {kind} run validated after "
-                           f"{[label(None if v.phase == 'first' else v.epoch) for v in seen]}"
-                           f"; expected {[label(x.epoch) for x in expected]}")]
-    return []
+    if judged is not None or len(seen) == len(expected):
+        return []
+    more = len(seen) > len(expected)
+    # the model's run stopped early: in this run, or before the file a resume starts from
+    # (the run trained an epoch before num_epochs that the model's never reaches)
+    stopped = (bool(expected) and expected[-1].stop) or any(
+        want.start_epoch <= e < want.num_epochs and e not in want.epochs_trained
+        for e in r.epochs_trained)
+    sentence = _decision_sentence(kind, "stop", None) if more and stopped \
+        else "LOOP-2.2" if not more else "LOOP-2.1"
+    if kind == "debug" and more and not stopped:  # validations of epochs past the cap
+        sentence = "DBG-2.1" if want.epochs_trained else "DBG-2.2"
+    return [Divergence(sentence=sentence, evidence=f"the {name} run validated after "
+                       f"{[label(None if v.phase == 'first' else v.epoch) for v in seen]}"
+                       f"; expected {[label(x.epoch) for x in expected]}")]
 
 
 def schedule_divergences(kind: str, want: RunExpect, r: RankTrace, *,
                          cut_in_validation: bool) -> list[Divergence]:
-    """When an interrupted run validated, against the model (its decisions are judged on whole
-    runs); ``cut_in_validation``: it was interrupted inside its last validation, which may
-    have left no record. A schedule slip is charged here before the files it leaves."""
+    """When an interrupted run validated, and what it decided there, against the model (a
+    fresh run's sentences); ``cut_in_validation``: it was interrupted inside its last
+    validation, which may have left no record, or one whose decisions were not all acted on.
+    A schedule or decision slip is charged here before the files it leaves."""
     seen = [None if v.phase == "first" else v.epoch for v in r.validations]
     expected = [d.epoch for d in want.validations]
     if seen == expected or (cut_in_validation and expected and seen == expected[:-1]):
-        return []
+        judged = len(seen) - 1 if cut_in_validation and seen == expected else len(seen)
+        return _schedule_or_decisions("fresh", kind, want, r, judged=judged)
     i = next((i for i, (a, b) in enumerate(zip(seen, expected, strict=False)) if a != b),
              min(len(seen), len(expected)))
     sentence = "LOOP-2.2" if i == len(seen) else "LOOP-2.1"

@@ -125,6 +125,7 @@ class RunExpect:
     # checkpointing on (the run's effective ckpt.enable): CKPT-1 and BEST-3 speak of files
     # only then; what a run writes with it off, no clause of those governs (debug: DBG-3)
     ckpt_enable: bool = True
+    num_epochs: int = 0  # the run's epochs, capped as its kind caps them (a debug run's one)
 
     @property
     def best_epoch(self) -> int | None:
@@ -230,7 +231,7 @@ def expect_run(cfg: ModelConfig, score: Score, *, kind: RunKind = "fresh",
                      test_passes=1 if eff.test_enable else 0,  # LOOP-4.1, LOOP-4.4
                      test_on="best" if best is not None else "final",  # BEST-4
                      files=_files(eff, epochs, vals, step_after, start_step),
-                     ckpt_enable=eff.ckpt_enable)
+                     ckpt_enable=eff.ckpt_enable, num_epochs=eff.num_epochs)
 
 
 def _is_reached(whole: RunExpect, cfg: ModelConfig, where: Interruption, epoch: int) -> bool:
