@@ -68,12 +68,8 @@ NOT_MET: dict[str, dict[str, str]] = {
     "scripted": {
         "BEST-1": f"{_INF}; {_NO_BEST}", "BEST-2": _NO_BEST,
         "NAN-1": _INF, "NAN-3": _INF,
-        "LOOP-2": "the check fails on a resumed chain (from the first epoch's periodic "
-                  "checkpoint of an interrupted run), which validated after an epoch past "
-                  "the ones the model expects; this run is one fresh fit",
     },
     "infinite": {
-        "LOOP-2": "as in the scripted run: no resumed chain",
         "BEST-1": "the check fails on -inf at the first validation, minimizing; the audit "
                   "files a misjudged non-finite score under NAN-1/NAN-2, so BEST-1 fails only "
                   f"on a misjudged finite score, which EpochScoring never makes; {_NO_BEST}",

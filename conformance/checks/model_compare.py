@@ -75,11 +75,13 @@ def _start(kind: RunKind, want: RunExpect, r: RankTrace) -> list[Divergence]:
 
 
 def _decision_sentence(kind: RunKind, what: str, v: ValidationExpect | None) -> str:
+    if what == "improved" and v is not None and not math.isfinite(v.score):
+        return "NAN-1.1"  # a non-finite score taken as an improvement, in any kind of run
     if kind == "resumed":
         return "RES-3.3"  # the same decisions as the uninterrupted run
     # a finetune tracks afresh (FT-4): its slips read as a fresh run's would
-    if what == "improved" and v is not None:
-        return "BEST-1.1" if math.isfinite(v.score) else "NAN-1.1"
+    if what == "improved":
+        return "BEST-1.1"
     return "PAT-5.1"
 
 

@@ -99,6 +99,18 @@ class RetrainsTheCheckpointEpoch(BaseTrainer):
         return ckpt
 
 
+@mutant_of("check_generated_runs_resume_the_decisions",
+           expect="expected [] [resumed; from a source run run to its end",
+           proves=("RES-3.3",))
+class ResumeForgetsTheStop(BaseTrainer):
+    """Restores best and patience but not the early stop: a resume from the checkpoint of
+    the epoch that stopped the run trains on."""
+
+    def _restore_tracking(self, ckpt: dict[str, Any]) -> None:
+        super()._restore_tracking(ckpt)
+        self._stopped = False
+
+
 @mutant_of("check_generated_runs_validate_on_schedule",
            expect="the finetuned run's validation 0 (after val.first) ran after epoch 0; expected "
                   "the validations after",
