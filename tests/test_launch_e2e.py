@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -163,7 +164,9 @@ def test_a_rank_killed_from_outside_ends_the_job_within_the_bound_with_the_stack
                              "--junit", str(junit)])
     log0 = tmp_path / "r0.log"
     deadline = time.monotonic() + 90
-    while "[1/" not in log0.read_text(errors="replace") and time.monotonic() < deadline:
+    # the progress line of the first check done: "[1/8]", or "[ 1/11]" past nine checks
+    while not re.search(r"\[ *1/\d+\]", log0.read_text(errors="replace")) \
+            and time.monotonic() < deadline:
         time.sleep(0.1)  # the first check is done: the multi-rank runs are under way
     os.kill(procs[1].pid, signal.SIGKILL)
     killed = time.monotonic()

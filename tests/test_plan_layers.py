@@ -19,6 +19,7 @@ ENTRY_POINTS = {"cli.py", "plugin.py", "audit_cli.py", "command.py"}
 PROCESS_ENV = {
     "run/session.py": "passes its own environment on to the worker processes it starts",
     "run/child.py": "applies a run's torchrun variables (RANK, ...) inside the forked child",
+    "run/memory.py": "applies a generated multi-rank run's torchrun variables in each rank's fork",
     "launching.py": "reads the launcher's own variables (torchrun's, SLURM's) to serve its rank",
     "run/launched.py": "the launch's rendezvous address, as the launcher set it",
     "run/world.py": "passes NCCL's error handling on to the ranks, beside what the user set",

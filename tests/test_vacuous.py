@@ -120,8 +120,9 @@ _ENGINES: dict[str, object] = {}
 def simulate(trainer: str, check_name: str, root: Path) -> tuple[CheckResult, SimulatedRuns]:
     spec = CHECKS[check_name]
     runs = SimulatedRuns(trainer=trainer, root=root, behaviour=BEHAVIOURS[trainer])
-    ctx = CheckContext(runs=runs, capabilities=CAPABILITIES,
-                       world_size=2 if spec.multi_rank else 1, max_examples=4)
+    # every check of one `trainspec check` sees its world size (2 by default), so that the
+    # engine the checks share draws the same chains, multi-rank ones included, for each
+    ctx = CheckContext(runs=runs, capabilities=CAPABILITIES, world_size=2, max_examples=4)
     if trainer in _ENGINES:
         ctx.memo[ENGINE_MEMO] = _ENGINES[trainer]
     result = run_check(spec, ctx)

@@ -127,14 +127,15 @@ def validated_scores(s: Scenario) -> list[float]:
     due = expected_validations(num_epochs=s.get("num_epochs"),
                                every_n_epochs=s.get("val.every_n_epochs"),
                                first=s.get("val.first"))
-    return [s.scores.pooled(e, 1) for e in due]
+    return [s.scores.pooled(e, s.world_size) for e in due]
 
 
 def finite_control(s: Scenario) -> Scenario:
     """``s`` with every non-finite score replaced by a finite stand-in worse than every other
     score (an improvement only where nothing finite came before it)."""
-    scores = [s.scores.pooled(e, 1) for e in range(len(s.scores.epochs))]
-    first = None if s.scores.first is None else s.scores.pooled(None, 1)
+    n = s.world_size
+    scores = [s.scores.pooled(e, n) for e in range(len(s.scores.epochs))]
+    first = None if s.scores.first is None else s.scores.pooled(None, n)
     # the k-th stand-in: a whole number (exact in float32) beyond every finite score, each
     # worse than the one before it, so never a tie
     beyond = math.ceil(max((abs(x) for x in [*scores, first or 0.0] if math.isfinite(x)),

@@ -1,11 +1,13 @@
 """Generated runs of every kind, judged against the model of the spec next to the trainer.
 
 Hypothesis draws a run kind (fresh; resumed from any file a source run left, interrupted at
-any point or run to its final epoch or its early stop; finetuned; debug), the config keys the
-spec names, and a score script with ties, non-finite values, gains below 0.01 and values closer
-than float32 can tell apart. Each example runs the chain in this process (a forked worker
-child, as a property does), interrupting the source run by an exception at the drawn point,
-and compares every run's observables, files included, with
+any point or run to its final epoch or its early stop; finetuned; debug; a fresh run on 2 to
+4 ranks), the config keys the spec names, and a score script with ties, non-finite values,
+gains below 0.01 and values closer than float32 can tell apart (on several ranks, a
+``(total, count)`` per rank: a NaN or an empty shard on any rank, uneven counts). Each
+example runs the chain in this process (a forked worker child, as a property does; on
+several ranks, one forked process a rank), interrupting the source run by an exception at
+the drawn point, and compares every run's observables, files included, with
 :mod:`trainspec.conformance.spec.model`.
 
 The passes that draw, judge and shrink these chains within a budget of trainer runs are
@@ -15,26 +17,25 @@ The passes that draw, judge and shrink these chains within a budget of trainer r
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
 
-from trainspec.conformance.checks.chains import resume_cause, with_load
+from trainspec.conformance.checks.chains import resume_cause, trainer_frame, with_load
+from trainspec.conformance.checks.generated_runs import run, run_ranks
 from trainspec.conformance.checks.model_compare import (
+    MULTI_RANK,
     Divergence,
     divergences,
     file_divergences,
+    rank_divergences,
     schedule_divergences,
 )
 from trainspec.conformance.run.adapter import CAPABILITIES
-from trainspec.conformance.run.describe import describe_files
 from trainspec.conformance.run.files import FileRecord
-from trainspec.conformance.run.memory import MemoryContext, call_in_fork, run_in_fork
-from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
-from trainspec.conformance.run.scenario import CrashWhere, Scenario, ScoreScript, Task
-from trainspec.conformance.run.trace import RankTrace, parse_rank
+from trainspec.conformance.run.scenario import RankScores, Scenario, ScoreScript, Task
+from trainspec.conformance.run.trace import RankTrace
 from trainspec.conformance.spec.model import (
     Chain,
     Interruption,
@@ -43,8 +44,7 @@ from trainspec.conformance.spec.model import (
     expect_run,
 )
 
-__all__ = ["DRAW_SEED", "RUNS", "SET_ASIDE_SENTENCES", "Broke", "examples", "feasible",
-           "judge_example", "quotas"]
+__all__ = ["DRAW_SEED", "SET_ASIDE_SENTENCES", "examples", "feasible", "judge_example", "quotas"]
 
 _POINTS: tuple[Interruption, ...] = ("train_start", "train_end", "val_start", "val_after_save")
 _MORE_FILES = 3  # a resume is judged from the drawn file and up to this many others
@@ -59,45 +59,11 @@ DRAW_SEED = int("208093075118386229393855376868947750590149995636127082312905900
 
 # two optimizer steps an epoch (so step counts show), nothing else: a run takes milliseconds
 _TASK = Task(n_train=8, n_val=4, n_test=4, batch_size=4)
-
-
-class Interrupted(BaseException):
-    """The drawn interruption: raised through the trainer as a kill would end it."""
-
-
-# the trainer runs this process has made: the engine's budgets are counted in them
-RUNS = [0]
-
-
-class Broke(BaseException):
-    """A generated run hung past its bound, or the adapter's own code raised: no example can
-    be judged, and the engine stops at once (not an Exception: hypothesis does not shrink
-    it)."""
-
-    def __init__(self, status: str, error: str, detail: str = "") -> None:
-        super().__init__(error)
-        self.status, self.error, self.detail = status, error, detail
-
-
-class _Interrupting(MemoryContext):
-    """A memory context that interrupts the run at one point (and at the epoch boundaries
-    it sees in the records, as the harness does)."""
-
-    def __init__(self, root: Path, at: tuple[CrashWhere, int] | None) -> None:
-        super().__init__(root)
-        self.at, self.fired = at, False
-
-    def record(self, record: Record) -> None:
-        if isinstance(record, TrainStart):
-            self.crash_point("train_start", record.epoch)
-        super().record(record)
-        if isinstance(record, TrainEnd):
-            self.crash_point("train_end", record.epoch)
-
-    def crash_point(self, where: CrashWhere, epoch: int) -> None:
-        if self.at == (where, epoch) and not self.fired:
-            self.fired = True
-            raise Interrupted(f"interrupted at {where} of epoch {epoch}")
+# on several ranks: every rank holds training batches and validation samples (a framework
+# that deals samples to ranks can stage each rank's scripted pair)
+_RANKS_TASK = Task(n_train=16, n_val=16, n_test=8, batch_size=2)
+# a rank left alone in a collective ends by its group's timeout, well inside the run's bound
+_RANKS_TIMEOUT_S = 10.0
 
 
 # ------------------------------------------------------------------------------ drawing
@@ -128,6 +94,20 @@ def _walk(draw: st.DrawFn, n: int, minimize: bool) -> list[float]:
     return out
 
 
+@st.composite
+def _rank_row(draw: st.DrawFn, n: int) -> RankScores:
+    """One validation's ``(total, count)`` on each of ``n`` ranks: uneven counts, an empty
+    shard (nothing counted) on any rank, a non-finite total on some ranks only, scores
+    closer than float32 can tell apart."""
+    if draw(st.sampled_from([False, False, False, False, True])):
+        return ((0.0, 0.0),) * n  # no rank counted a sample: the pooled score is NaN
+    row = []
+    for _ in range(n):
+        count = draw(st.sampled_from([1.0, 1.0, 3.0, 0.0]))
+        row.append((0.0, 0.0) if count == 0 else (draw(_score()) * count, count))
+    return tuple(row)
+
+
 # the kinds of chain and the share of the chains each gets, drawn in this order (a resumed
 # chain, judged from up to four files, costs the most runs: it comes last), and what each needs
 _KINDS: tuple[tuple[str, int, frozenset[str]], ...] = (
@@ -136,13 +116,18 @@ _KINDS: tuple[tuple[str, int, frozenset[str]], ...] = (
     ("resumed", 3, frozenset({"checkpoint", "resume"})))
 
 
-def quotas(caps: frozenset[str], chains: int) -> dict[str, int]:
+def quotas(caps: frozenset[str], chains: int, *, multi_rank: bool = False
+           ) -> dict[str, int]:
     """How many of ``chains`` each kind of chain the target can make gets, by its share (a
-    draw of its own per kind: a kind hypothesis would draw rarely still gets its chains)."""
+    draw of its own per kind: a kind hypothesis would draw rarely still gets its chains);
+    with ``multi_rank`` (a check of several ranks, a target that runs on several), a fifth
+    of that again in fresh runs on 2 to 4 ranks, drawn last."""
     kinds = [(kind, share) for kind, share, needs in _KINDS if needs <= caps]
     total = sum(share for _, share in kinds)
     out = {kind: chains * share // total for kind, share in kinds}
     out[kinds[0][0]] += chains - sum(out.values())  # what rounding left: fresh runs
+    if multi_rank and "multi_rank" in caps:
+        out[MULTI_RANK] = max(4, chains // 5)
     return out
 
 
@@ -152,22 +137,32 @@ def examples(draw: st.DrawFn, *, kind: str, caps: frozenset[str] = CAPABILITIES
     """One generated chain of ``kind``: the fresh scenario, where the source is interrupted and
     which of its files the second run starts from (as JSON, the form a replay takes)."""
     chained = kind in ("resumed", "finetuned")
+    ranks = kind == MULTI_RANK
     # a chain needs epochs before and after its file; a fresh run may train none
     low = 3 if chained else 0 if "eval_only" in caps else 1
-    n = draw(st.integers(low, 6 if chained else 5))
+    n = draw(st.integers(low, 6 if chained else 4 if ranks else 5))
     minimize = draw(st.booleans())
-    scores = draw(_walk(n, minimize)) if draw(st.booleans()) else draw(
-        st.lists(_score(), min_size=n, max_size=n))
-    first = draw(st.one_of(st.none(), _score())) if "val_first" in caps else None
+    if ranks:
+        world = draw(st.integers(2, 4))
+        script = ScoreScript(epochs=tuple(draw(st.lists(_rank_row(world), min_size=n,
+                                                        max_size=n))),
+                             first=draw(st.one_of(st.none(), _rank_row(world)))
+                             if "val_first" in caps else None)
+        base = Scenario(name="generated", scores=script, task=_RANKS_TASK, world_size=world
+                        ).with_config(**{"ddp.timeout_s": _RANKS_TIMEOUT_S})
+    else:
+        scores = draw(_walk(n, minimize)) if draw(st.booleans()) else draw(
+            st.lists(_score(), min_size=n, max_size=n))
+        first = draw(st.one_of(st.none(), _score())) if "val_first" in caps else None
+        base = Scenario(name="generated", scores=ScoreScript.of(scores, first), task=_TASK)
 
     def maybe(capability: str, strategy: st.SearchStrategy[Any], default: Any) -> Any:
         return draw(strategy) if capability in caps else default
 
     ckpt = "checkpoint" in caps
     save_last = True if not ckpt else draw(st.booleans())
-    s = Scenario(name="generated", scores=ScoreScript.of(scores, first),
-                 task=_TASK).with_config(**{
-        "num_epochs": n, "val.first": first is not None,
+    s = base.with_config(**{
+        "num_epochs": n, "val.first": base.scores.first is not None,
         "val.every_n_epochs": maybe("val_every_n", st.integers(1, 3), 1),
         "val.minimize": minimize,
         "val.patience": maybe("early_stopping", st.sampled_from([2, 3, None, 1]), None),
@@ -188,38 +183,6 @@ def examples(draw: st.DrawFn, *, kind: str, caps: frozenset[str] = CAPABILITIES
 
 
 # ------------------------------------------------------------------------------ running
-
-
-def _run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | None = None
-         ) -> tuple[RankTrace, list[FileRecord]]:
-    """One run in a process forked for it (no run sees another's module globals, working
-    folder or registries, as in the harness): its rank trace and the files it left under
-    ``root``."""
-    root.mkdir(parents=True, exist_ok=True)  # the run's own ckpt_root exists, as in the harness
-    RUNS[0] += 1
-    before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
-    run = run_in_fork(adapter, s, root, context=lambda r: _Interrupting(r, at), stop=Interrupted)
-    if run.timed_out:
-        raise Broke("timeout", f"a generated run ({s.name}) {run.error}")
-    if run.ours:
-        raise Broke("adapter", f"the adapter's own code raised {run.error}", run.traceback)
-    status, error = "completed", ""
-    records = list(run.records)
-    if run.stopped:
-        status = "killed"
-    elif run.error is not None:
-        status, error = "raised", run.error
-    else:
-        records.append(Done())
-    trace = parse_rank(0, records, status, error, run.traceback)  # type: ignore[arg-type]
-    # the files the run wrote (new or changed) are read the trainer's way, as in the worker
-    wrote = frozenset(os.path.abspath(p) for p in root.rglob("*")
-                      if p.is_file() and before.get(p) != p.stat().st_mtime_ns)
-    described, problem, hung = call_in_fork(lambda: describe_files(adapter, root, wrote))
-    if problem is not None or not isinstance(described, list):
-        raise Broke("adapter", f"describing the checkpoint files {'was ' if hung else ''}"
-                     f"{problem or 'gave no list'}")
-    return trace, [FileRecord.from_json(f) for f in described]
 
 
 def _spe(r: RankTrace) -> int:
@@ -250,15 +213,17 @@ def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[
     def score(epoch: int | None) -> float:
         return base.scores.pooled(epoch, 1)
 
+    if kind == MULTI_RANK:
+        return _judge_ranks(adapter, base, cfg, scratch / "run")
     if kind in ("fresh", "debug"):
         s = base.with_config(debug=True) if kind == "debug" else base
-        r, files = _run(adapter, s, scratch / "run")
+        r, files = run(adapter, s, scratch / "run")
         if r.status != "completed":
             return _broke(kind, r)
         return divergences(expect_run(cfg, score, kind=kind, steps_per_epoch=_spe(r)), r, files)
     at = example["interrupted_at"]
     point = None if at is None else (at[0], int(at[1]))
-    src, src_files = _run(adapter, base, scratch / "source", point)
+    src, src_files = run(adapter, base, scratch / "source", point)
     chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=_spe(src),
                          interrupted_at=point, file_index=int(example["file_index"]))
     out = _broke("fresh", src)
@@ -287,6 +252,34 @@ def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[
     return []
 
 
+def _judge_ranks(adapter: Any, s: Scenario, cfg: ModelConfig, root: Path
+                 ) -> list[Divergence]:
+    """A fresh run on several ranks against the model, pooled over the ranks: rank 0 as a
+    fresh run is judged (its files included), each other rank on what it shares with rank 0
+    (the pooled score, DIST-1; its decisions and epochs, DIST-2 and DIST-3; its best weights);
+    and the run must end on every rank (DIST-2.2)."""
+    n = s.world_size
+    ranks, files = run_ranks(adapter, s, root)
+    first = ranks[0]
+    if first.status not in ("completed", "timeout"):
+        return _broke("fresh", first)
+    want = expect_run(cfg, lambda e: s.scores.pooled(e, n), kind="fresh",
+                      steps_per_epoch=_spe(first))
+    out = rank_divergences(want, ranks, files, counted=lambda e: any(
+        s.scores.pairs(e, r)[1] > 0 for r in range(n)))
+    if out:
+        return out
+    stuck = [r for r in ranks if r.status != "completed"]
+    if stuck:
+        r = stuck[0]
+        return [Divergence(sentence="DIST-2.2", crashed=True,
+                           cause=f"a rank's run {r.status} after rank 0's ended",
+                           evidence=f"rank {r.rank} of {n} {r.status}: {r.error}"
+                           f"{trainer_frame(r.detail)}; expected the run to end on every "
+                           "rank")]
+    return []
+
+
 def _second(adapter: Any, kind: str, base: Scenario, chain: Chain, src: RankTrace,
             src_files: list[FileRecord], scratch: Path) -> list[Divergence]:
     """The run from the chain's start file, against the model."""
@@ -298,7 +291,7 @@ def _second(adapter: Any, kind: str, base: Scenario, chain: Chain, src: RankTrac
         return []  # the source's files were judged: a missing one is reported there
     second = with_load(base, str(scratch.parent / "source" / found[-1].relpath),
                        resume=kind == "resumed", name=f"generated-{kind}")
-    r, files = _run(adapter, second, scratch)
+    r, files = run(adapter, second, scratch)
     if r.status != "completed":
         return _broke(kind, r, str(second.get("ckpt.load_from")))
     return divergences(chain.run, r, files, source=src)

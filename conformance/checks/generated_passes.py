@@ -35,14 +35,14 @@ from trainspec.conformance.checks.attribution import finite_control, validated_s
 from trainspec.conformance.checks.base import SCRATCH
 from trainspec.conformance.checks.generated import (
     DRAW_SEED,
-    RUNS,
-    Broke,
     examples,
     feasible,
     judge_example,
     quotas,
 )
-from trainspec.conformance.checks.model_compare import Divergence, describe_example, speaks_for
+from trainspec.conformance.checks.generated_examples import describe_example, speaks_for
+from trainspec.conformance.checks.generated_runs import RUNS, Broke
+from trainspec.conformance.checks.model_compare import Divergence
 from trainspec.conformance.run.scenario import Scenario
 
 __all__ = ["run_generated"]
@@ -73,18 +73,21 @@ def run_generated(name: str, adapter: Any, *, max_examples: int) -> dict[str, An
     memo = _Memo(Path(asked["memo"]) if asked.get("memo") else None)
     budget = int(asked.get("runs") or 0)
     try:
+        ranks = asked.get("ranks") == "1"
         if "shrink" in asked:
             return _shrink(asked["shrink"], asked.get("kind", ""), adapter, memo, budget,
-                           max_examples)
-        return _judge_pass(adapter, memo, budget, max_examples)
+                           max_examples, ranks)
+        return _judge_pass(adapter, memo, budget, max_examples, ranks)
     except Broke as broke:
         return {"broke": broke.status, "error": broke.error, "detail": broke.detail,
                 "examples": 0}
 
 
-def _judge_pass(adapter: Any, memo: _Memo, budget: int, max_examples: int) -> dict[str, Any]:
-    """Up to ``max_examples`` chains, or ``budget`` trainer runs: each chain's first divergence
-    charged to its clause, each clean chain evidence for the clauses it speaks of."""
+def _judge_pass(adapter: Any, memo: _Memo, budget: int, max_examples: int, ranks: bool
+                ) -> dict[str, Any]:
+    """Up to ``max_examples`` chains (and multi-rank runs, with ``ranks``), or ``budget``
+    trainer runs: each chain's first divergence charged to its clause, each clean chain
+    evidence for the clauses it speaks of."""
     found: dict[str, dict[str, Any]] = {}
     judged: dict[str, int] = {}
     spoke: dict[str, int] = {}  # clause -> chains drawn that speak of it, clean or not
@@ -108,14 +111,15 @@ def _judge_pass(adapter: Any, memo: _Memo, budget: int, max_examples: int) -> di
             found.setdefault(ds[0].clause, _result(ds[0], example, count[0]))
 
     with contextlib.suppress(_Spent):  # the budget of runs is spent: the draw ends
-        for kind, n in quotas(frozenset(adapter.capabilities()), max_examples).items():
+        for kind, n in quotas(frozenset(adapter.capabilities()), max_examples,
+                              multi_rank=ranks).items():
             _draw(once, adapter, n, kind)
     return {"passed": True, "examples": count[0], "judged": judged, "spoke": spoke,
             "clean": clean[0], "found": found, "runs": RUNS[0] - start, "out_of_budget": spent[0]}
 
 
 def _shrink(clause: str, asked_kind: str, adapter: Any, memo: _Memo, budget: int,
-            max_examples: int) -> dict[str, Any]:
+            max_examples: int, ranks: bool) -> dict[str, Any]:
     """The judge pass's draw of ``asked_kind`` chains again, failing on the first chain
     charged to ``clause``, shrunk within ``budget`` trainer runs (the chains the memo holds
     cost none)."""
@@ -141,7 +145,7 @@ def _shrink(clause: str, asked_kind: str, adapter: Any, memo: _Memo, budget: int
         raise AssertionError(ds[0].evidence)
 
     kind = asked_kind
-    n = quotas(frozenset(adapter.capabilities()), max_examples).get(kind, 0)
+    n = quotas(frozenset(adapter.capabilities()), max_examples, multi_rank=ranks).get(kind, 0)
     failed = bool(n) and _draw(once, adapter, n, kind)
     if failed and not failure:
         raise AssertionError("a generated run failed, and its failure was not kept")

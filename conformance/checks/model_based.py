@@ -75,17 +75,25 @@ MODEL_CLAUSES: tuple[ModelClause, ...] = (
     _c("DBG-3", "write_nothing_in_debug", ("DBG-3.1",), ("debug", "checkpoint")),
     _c("CKPT-1", "leave_the_model_files", ("CKPT-1.1", "CKPT-1.2", "CKPT-1.3", "CKPT-1.5"),
        ("checkpoint",)),
-    ModelClause(clause="DIST-1", subject="pool_the_score", covers=("DIST-1.1",),
+    ModelClause(clause="DIST-1", subject="pool_the_score",
+                covers=("DIST-1.1", "DIST-1.2", "DIST-1.3"),
+                requires=frozenset({"multi_rank"}), multi_rank=True),
+    ModelClause(clause="DIST-2", subject="stop_and_end_together", covers=("DIST-2.1", "DIST-2.2"),
+                requires=frozenset({"multi_rank"}), multi_rank=True),
+    ModelClause(clause="DIST-3", subject="agree_on_the_best", covers=("DIST-3.1", "DIST-3.2"),
                 requires=frozenset({"multi_rank"}), multi_rank=True),
 )
 
 
-_ALL = ("fresh", "resumed", "finetuned", "debug")
-_OWN = ("fresh", "finetuned", "debug")  # runs that track afresh: a resume's are RES-3's
-_FILES = ("fresh", "interrupted", "resumed", "finetuned")  # an interrupted source's files too
+_ALL = ("fresh", "resumed", "finetuned", "debug", "multi-rank")
+# runs that track afresh (a resume's are RES-3's); a multi-rank run's rank 0
+_OWN = ("fresh", "finetuned", "debug", "multi-rank")
+# an interrupted source's files too; a multi-rank run's, which rank 0 writes
+_FILES = ("fresh", "interrupted", "resumed", "finetuned", "multi-rank")
+_RANKS = ("multi-rank",)
 # sentence -> the kinds of generated run it is judged on (the attribution of model_compare)
 JUDGED_ON: dict[str, tuple[str, ...]] = {
-    "LOOP-1.1": _OWN, "LOOP-1.2": ("fresh", "debug"),
+    "LOOP-1.1": _OWN, "LOOP-1.2": ("fresh", "debug", "multi-rank"),
     "LOOP-2.1": _ALL, "LOOP-2.2": _ALL, "LOOP-2.3": _OWN, "LOOP-2.6": ("resumed",),
     "LOOP-4.1": _ALL, "LOOP-4.2": _ALL, "LOOP-4.4": _ALL,
     "BEST-1.1": _OWN, "BEST-2.1": _OWN,
@@ -97,15 +105,17 @@ JUDGED_ON: dict[str, tuple[str, ...]] = {
     "DBG-1.1": ("debug",), "DBG-2.1": ("debug",), "DBG-2.2": ("debug",),
     "DBG-3.1": ("debug",),
     "CKPT-1.1": _FILES, "CKPT-1.2": _FILES, "CKPT-1.3": _FILES, "CKPT-1.5": _FILES,
-    "DIST-1.1": _ALL,
+    "DIST-1.1": _ALL, "DIST-1.2": _RANKS, "DIST-1.3": _RANKS,
+    "DIST-2.1": _RANKS, "DIST-2.2": _RANKS, "DIST-3.1": _RANKS, "DIST-3.2": _RANKS,
 }
 
 
 def runs_for(max_examples: int) -> int:
     """Trainer runs the judge pass may make per target: 80 in the ``fast`` profile, 400 in
     ``ci``. Counted in runs, never in seconds: a target gets the same chains, and so the same
-    verdicts, on a loaded machine as on a quiet one. The reference's 30 fast chains take 67
-    runs (a resumed chain is judged from up to four files)."""
+    verdicts, on a loaded machine as on a quiet one. The reference's 30 fast chains take 56
+    runs (a resumed chain is judged from up to four files); a check of several ranks adds 6
+    multi-rank runs (each one run, however many ranks)."""
     return 80 if max_examples <= 60 else 400
 
 
@@ -117,7 +127,8 @@ def shrink_runs_for(max_examples: int) -> int:
 
 def examples_for(max_examples: int) -> int:
     """Generated chains per target: 30 in the ``fast`` profile (60), 125 in ``ci`` (250),
-    shared among the kinds of chain by :func:`~trainspec.conformance.checks.generated.quotas`.
+    shared among the kinds of chain by :func:`~trainspec.conformance.checks.generated.quotas`
+    (which adds a fifth of that, at least 4, in multi-rank runs to a check of several ranks).
 
     The 30 fast chains catch every mutant of tests/mutants/model.py (tests/test_mutants.py);
     the draws are derandomized, so a target gets the same examples every time."""
@@ -143,7 +154,10 @@ def _engine(ctx: CheckContext) -> _Engine:
 
 def _pass(ctx: CheckContext, name: str, runs: int) -> PropertyOutcome:
     state = _engine(ctx)
-    return ctx.runs.property(f"{name};runs={runs};memo={state.memo}", runner=GENERATED_RUNNER,
+    # a check of several ranks draws multi-rank runs too (on 2 to 4 ranks)
+    ranks = ";ranks=1" if ctx.world_size > 1 else ""
+    return ctx.runs.property(f"{name};runs={runs}{ranks};memo={state.memo}",
+                             runner=GENERATED_RUNNER,
                              max_examples=examples_for(ctx.max_examples),
                              max_runs=runs)
 
@@ -173,9 +187,10 @@ def _judge(ctx: CheckContext, clause: str) -> str:
         raise NotApplicable(f"{clause}: not judged by generated runs: none of the "
                             f"{outcome.examples} generated chains ({outcome.runs} runs) gave "
                             f"it anything to judge: {why}{aside}{spent}")
-    return (f"{n_judged} of {outcome.examples} generated chains (fresh, resumed, finetuned, "
-            f"debug; {outcome.runs} runs) judged {clause} and matched the model on every "
-            f"sentence of it{aside}{spent}")
+    kinds = "fresh, resumed, finetuned, debug" + (", multi-rank" if ctx.world_size > 1 else "")
+    return (f"{n_judged} of {outcome.examples} generated chains ({kinds}; {outcome.runs} "
+            f"runs) judged {clause} and matched the model on every sentence of it{aside}"
+            f"{spent}")
 
 
 def _failed(ctx: CheckContext, state: _Engine, clause: str, found: PropertyOutcome

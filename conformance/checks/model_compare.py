@@ -12,25 +12,23 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from trainspec.conformance.checks.common import fmt_scores, label, weights_diff
 from trainspec.conformance.run.files import FileRecord
-from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.trace import RankTrace
 from trainspec.conformance.spec.model import (
-    ModelConfig,
     RunExpect,
     RunKind,
     ValidationExpect,
-    expect_chain,
-    expect_run,
 )
 
-__all__ = ["Divergence", "describe_example", "divergences", "file_divergences",
-           "schedule_divergences", "speaks_for"]
+__all__ = ["MULTI_RANK", "Divergence", "divergences", "file_divergences", "rank_divergences",
+           "schedule_divergences"]
+
+
+MULTI_RANK = "multi-rank"  # the kind of a generated fresh run on several ranks
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,72 +276,54 @@ def divergences(want: RunExpect, r: RankTrace, files: Sequence[FileRecord], *,
     return out
 
 
-# clause -> what a run the model expects must hold for the clause to have something to judge
-_NEEDS: dict[str, str] = {
-    "LOOP-1": "epochs", "DBG-1": "epochs", "DBG-2": "epochs", "DBG-3": "epochs",
-    "LOOP-2": "validations", "BEST-1": "validations", "BEST-2": "validations",
-    "NAN-1": "validations", "PAT-5": "validations", "DIST-1": "validations",
-    "RES-3": "validations", "LOOP-4": "test", "BEST-4": "test",
-    "BEST-3": "files", "CKPT-1": "files", "RES-1": "run", "FT-1": "run",
-}
-_KINDS: dict[str, tuple[str, ...]] = {"DBG-1": ("debug",), "DBG-2": ("debug",),
-                                      "DBG-3": ("debug",), "RES-1": ("resumed",),
-                                      "RES-3": ("resumed",), "FT-1": ("finetuned",)}
+# what a rank other than 0 breaks when it departs where rank 0 follows the model: it does not
+# share rank 0's pooled score, improvement, stop, epochs or best weights
+_ON_ANOTHER_RANK = {"DIST-1.1": "DIST-1.2", "BEST-1.1": "DIST-3.1", "NAN-1.1": "DIST-3.1",
+                    "PAT-5.1": "DIST-2.1", "LOOP-1.1": "DIST-2.1", "BEST-2.1": "DIST-3.2"}
 
 
-def _holds(want: RunExpect, need: str) -> bool:
-    if need == "epochs":
-        return bool(want.epochs_trained)
-    if need == "validations":
-        return bool(want.validations)
-    if need == "test":
-        return want.test_passes > 0
-    if need == "files":
-        return bool(want.files)
-    return True
+def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequence[FileRecord],
+                     *, counted: Callable[[int | None], bool]) -> list[Divergence]:
+    """Every rank of a fresh multi-rank run against the model (``want``, its scores pooled
+    over the ranks), validation by validation across the ranks, so that the first departure
+    in the run is the one charged: rank 0's as a fresh run's (its files too), another rank's,
+    where rank 0 follows the model, as the DIST sentence it breaks (it pooled another score,
+    took another improvement or stop, trained other epochs, holds other best weights). Rank
+    0 pooling NaN where some rank counted, or a number where none did, is DIST-1.3's
+    (``counted(epoch)``: whether any rank counted a sample in that validation). A rank cut
+    short is judged on what it recorded (that it did not end is the caller's to say)."""
+    n = len(ranks)
+    name = f"fresh {n}-rank"
 
+    def on(r: RankTrace, d: Divergence, i: int | None = None) -> Divergence:
+        sentence = d.sentence
+        if sentence == "DIST-1.1" and i is not None and r.rank == 0:
+            v, x = r.validations[i], want.validations[i]
+            nothing = not counted(None if v.phase == "first" else v.epoch)
+            if (nothing and not math.isnan(v.score)) or (
+                    math.isnan(v.score) and not nothing and not math.isnan(x.score)):
+                sentence = "DIST-1.3"
+        if r.rank > 0:
+            sentence = _ON_ANOTHER_RANK.get(sentence, sentence)
+        return replace(d, sentence=sentence, evidence=f"rank {r.rank} of {n}: {d.evidence}")
 
-def speaks_for(example: dict[str, Any]) -> set[str]:
-    """The clauses one generated chain gives something to judge, as the model expects it:
-    a clause on validations is judged only where a validation is expected, and so on."""
-    kind = example["kind"]
-    base = Scenario.from_json(example["scenario"])
-    cfg = ModelConfig.from_mapping(base.config)
-
-    def score(epoch: int | None) -> float:
-        return base.scores.pooled(epoch, 1)
-
-    wants: list[RunExpect] = []
-    if kind in ("fresh", "debug"):
-        wants.append(expect_run(cfg, score, kind=kind))
-    else:
-        at = example["interrupted_at"]
-        chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=1,
-                             file_index=int(example["file_index"]),
-                             interrupted_at=None if at is None else (at[0], int(at[1])))
-        if at is None:
-            wants.append(chain.source)
-        if chain.run is not None:
-            wants.append(chain.run)
-    return {clause for clause, need in _NEEDS.items()
-            if any((want.kind in _KINDS.get(clause, (want.kind,))) and _holds(want, need)
-                   for want in wants)}
-
-
-def describe_example(example: dict[str, Any]) -> str:
-    """The generated chain in one phrase: kind, interruption, file, config, scores."""
-    s = Scenario.from_json(example["scenario"])
-    parts = [example["kind"]]
-    if example["kind"] in ("resumed", "finetuned"):
-        at = example["interrupted_at"]
-        parts.append("from a source run " + ("run to its end" if at is None
-                                             else f"interrupted at {at[0]} of epoch {at[1]}"))
-        parts.append(f"its resumable file #{example['file_index']}")
-    keys = ("num_epochs", "val.first", "val.every_n_epochs", "val.minimize", "val.patience",
-            "val.start_patience", "test.enable", "ckpt.enable", "ckpt.every_n_epochs",
-            "ckpt.save_last", "grad_accum_steps")
-    parts.append(", ".join(f"{k}={s.get(k)}" for k in keys))
-    scores = [s.scores.pooled(e, 1) for e in range(len(s.scores.epochs))]
-    parts.append(f"scores {scores}" + ("" if s.scores.first is None else
-                                      f", val.first score {s.scores.pooled(None, 1)}"))
-    return "; ".join(parts)
+    for r in ranks:
+        found = _start("fresh", want, r)
+        if found:
+            return [on(r, found[0])]
+    for i in range(1, len(want.validations) + 1):
+        for r in ranks:
+            found = _schedule_or_decisions("fresh", name, want, r, judged=i)
+            if found:
+                return [on(r, found[0], i - 1)]
+    done = [r for r in ranks if r.status == "completed"]
+    judges: tuple[Callable[[RankTrace], list[Divergence]], ...] = (
+        lambda r: _validations("fresh", want, r), lambda r: _epochs("fresh", want, r),
+        lambda r: _best("fresh", want, r, None))
+    for judge in judges:
+        for r in done:
+            found = judge(r)
+            if found:
+                return [on(r, found[0])]
+    out = _test("fresh", want, ranks[0]) if ranks[0] in done else []
+    return out + file_divergences(name, want, files)

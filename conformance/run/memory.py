@@ -3,6 +3,7 @@ run in a process forked for it (each property example)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -17,23 +18,24 @@ from typing import Any
 from trainspec.conformance.run.records import Record, from_json, to_json
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 
-__all__ = ["ForkedRun", "MemoryContext", "call_in_fork", "run_in_fork"]
+__all__ = ["ForkedRun", "MemoryContext", "call_in_fork", "run_in_fork", "run_ranks_in_fork"]
 
 
 class MemoryContext:
     """A RunContext recording in memory; no crash points (properties never crash)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, rank: int = 0, world_size: int = 1) -> None:
         self.records: list[Record] = []
         self._root = root
+        self._rank, self._world_size = rank, world_size
 
     @property
     def rank(self) -> int:
-        return 0
+        return self._rank
 
     @property
     def world_size(self) -> int:
-        return 1
+        return self._world_size
 
     @property
     def ckpt_root(self) -> Path:
@@ -87,10 +89,34 @@ def run_in_fork(adapter: Any, scenario: Scenario, root: Path, *,
     a pipe; files under ``root`` are the run's own, read the trainer's way. ``context`` makes
     the run's context; ``stop``, an exception the context raises to end the run (an
     interruption), ends it as ``stopped``."""
+    produce = _producer(adapter, scenario, root, lambda: context(root), stop, {})
+    return _forked_run(_in_forks([produce])[0])
+
+
+def run_ranks_in_fork(adapter: Any, scenario: Scenario, root: Path,
+                      env: Callable[[int], dict[str, str]],
+                      context: Callable[[Path, int], MemoryContext],
+                      grace_s: float | None = None) -> list[ForkedRun]:
+    """Every rank of ``scenario``'s world (``scenario.world_size`` of them) run at once, each in
+    a process forked for it with ``env(rank)`` added to its environment (the launcher's
+    ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), each recording in memory, all
+    in one folder ``root`` as the ranks of one job share their checkpoint folder. Bounded as a
+    single run is: a rank still running at :data:`RUN_BOUND_S`, or ``grace_s`` after another
+    rank's run ended, is killed (``timed_out``) and the others keep what they recorded."""
+    produces = [_producer(adapter, scenario, root, functools.partial(context, root, rank), None,
+                          env(rank)) for rank in range(scenario.world_size)]
+    return [_forked_run(data) for data in _in_forks(produces, grace_s)]
+
+
+def _producer(adapter: Any, scenario: Scenario, root: Path,
+              make_context: Callable[[], MemoryContext], stop: type[BaseException] | None,
+              env: dict[str, str]) -> Callable[[], bytes]:
+    """The body of a forked run: the run, then its records and outcome as JSON lines."""
     from trainspec.conformance.run.reading import error_line, trusting
 
     def produce() -> bytes:
-        ctx = context(root)
+        os.environ.update(env)
+        ctx = make_context()
         error, stopped, ours, text = None, False, False, ""
         inside = str(root.resolve()) + os.sep
         try:
@@ -109,7 +135,10 @@ def run_in_fork(adapter: Any, scenario: Scenario, root: Path, *,
                                "traceback": text}))
         return ("\n".join(out) + "\n").encode()
 
-    data = _in_fork(produce)
+    return produce
+
+
+def _forked_run(data: bytes | None) -> ForkedRun:
     if data is None:
         return ForkedRun(records=[], error=f"still running after {RUN_BOUND_S:g} s",
                          timed_out=True)
@@ -137,7 +166,7 @@ def call_in_fork(func: Callable[[], object]) -> tuple[object, str | None, bool]:
             out = {"result": None, "error": error_line(e)}
         return json.dumps(out).encode()
 
-    data = _in_fork(produce)
+    data = _in_forks([produce])[0]
     if data is None:
         return None, f"still running after {RUN_BOUND_S:g} s", True
     try:
@@ -147,45 +176,69 @@ def call_in_fork(func: Callable[[], object]) -> tuple[object, str | None, bool]:
     return got["result"], got["error"], False
 
 
-def _in_fork(produce: Callable[[], bytes]) -> bytes | None:
-    """What ``produce()`` returns, made in a process forked for it that ends with the
-    process that forked it (a worker's child killed mid-run leaves no run behind it: the hook
-    the worker child serving a property set in DIE_WITH_PARENT); None when it was still
-    running at :data:`RUN_BOUND_S` (then it is killed). A child that died returns what it
-    wrote before (nothing)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # never returns
-        try:
-            os.close(r)
-            DIE_WITH_PARENT()
-            view = memoryview(produce())
-            while view:
-                view = view[os.write(w, view):]
-        finally:
-            os._exit(0)
-    os.close(w)
-    data, timed_out = _read_within(r, pid, RUN_BOUND_S)
-    return None if timed_out else data
-
-
-def _read_within(fd: int, pid: int, bound_s: float | None) -> tuple[bytes, bool]:
-    """Everything the forked run writes to ``fd`` until it ends, and whether it was still
-    running at ``bound_s`` (then it is killed)."""
-    deadline = None if bound_s is None else time.monotonic() + bound_s
-    chunks: list[bytes] = []
+def _in_forks(produces: list[Callable[[], bytes]], grace_s: float | None = None
+              ) -> list[bytes | None]:
+    """What each ``produce()`` returns, each made in a process forked for it (all at once)
+    that ends with the process that forked it (a worker's child killed mid-run leaves no run
+    behind it: the hook the worker child serving a property set in DIE_WITH_PARENT); None
+    for one still running at :data:`RUN_BOUND_S` (then it is killed). A child that died
+    returns what it wrote before (nothing)."""
+    children: list[tuple[int, int]] = []  # (read end, pid)
     try:
-        while True:
-            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            ready, _, _ = select.select([fd], [], [], wait)
-            if not ready:
-                os.kill(pid, signal.SIGKILL)
-                return b"", True
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return b"".join(chunks), False
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-        os.waitpid(pid, 0)
+        for produce in produces:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # never returns
+                try:
+                    os.close(r)
+                    for other, _ in children:  # the earlier ranks' pipes are theirs
+                        os.close(other)
+                    DIE_WITH_PARENT()
+                    view = memoryview(produce())
+                    while view:
+                        view = view[os.write(w, view):]
+                finally:
+                    os._exit(0)
+            os.close(w)  # before the next fork: only this child holds the write end
+            children.append((r, pid))
+    except BaseException:
+        for r, pid in children:
+            os.kill(pid, signal.SIGKILL)
+            os.close(r)
+            os.waitpid(pid, 0)
+        raise
+    return _read_all_within(children, RUN_BOUND_S, grace_s)
 
+
+def _read_all_within(children: list[tuple[int, int]], bound_s: float | None,
+                     grace_s: float | None = None) -> list[bytes | None]:
+    """Everything each forked child writes to its pipe until it ends; None for one still
+    running at ``bound_s``, or ``grace_s`` after another child ended (then it is killed)."""
+    deadline = None if bound_s is None else time.monotonic() + bound_s
+    chunks: dict[int, list[bytes]] = {r: [] for r, _ in children}
+    pids = dict(children)
+    reading = set(pids)
+    late: set[int] = set()
+    try:
+        while reading:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready, _, _ = select.select(list(reading), [], [], wait)
+            if not ready:
+                for r in reading:
+                    os.kill(pids[r], signal.SIGKILL)
+                late |= reading
+                break
+            for r in ready:
+                chunk = os.read(r, 1 << 16)
+                if chunk:
+                    chunks[r].append(chunk)
+                else:
+                    reading.discard(r)
+                    if grace_s is not None and reading:  # the others end within the grace
+                        until = time.monotonic() + grace_s
+                        deadline = until if deadline is None else min(deadline, until)
+    finally:
+        for r, pid in children:
+            os.close(r)
+            os.waitpid(pid, 0)
+    return [None if r in late else b"".join(chunks[r]) for r, _ in children]

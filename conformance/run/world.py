@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import select
 import signal
 import time
@@ -259,8 +260,9 @@ class World:
     def run_property(self, name: str, *, runner: str, max_examples: int,
                      timeout_s: float, run_timeout_s: float = 0.0) -> PropertyOutcome:
         """A hypothesis property run next to the trainer in one bounded child (one rank)."""
-        job_dir = self.root / f"job{next(_JOBS)}-property-{name}"
-        job_dir.mkdir(parents=True)
+        # the folder is named by the property's name, made safe and short (a replay's name
+        # holds a whole example as JSON; an engine pass's, the path of its memo)
+        job_dir = next_job_dir(self.root, "property-" + re.sub(r"[^\w.=-]+", "-", name)[:60])
         worker = self.workers[0]
         worker.send(Property(name=name, runner=runner, max_examples=max_examples,
                              job_dir=str(job_dir), timeout_s=timeout_s,

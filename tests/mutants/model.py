@@ -14,6 +14,7 @@ from typing import Any
 
 from tests.mutants import best as _best
 from tests.mutants import dbg as _dbg
+from tests.mutants import dist as _dist
 from tests.mutants import ft as _ft
 from tests.mutants import loop as _loop
 from tests.mutants import nan as _nan
@@ -205,6 +206,27 @@ mutant_of("check_generated_runs_cap_debug_epochs",
 mutant_of("check_generated_runs_write_nothing_in_debug",
           expect="the debug run wrote",
           proves=("DBG-3.1",))(_dbg.DebugWritesCheckpoints)
+# the multi-rank runs (a check of several ranks draws them): slips a single rank never shows
+mutant_of("check_generated_runs_pool_the_score",
+          expect="rank 0 of 2: the fresh 2-rank run's validation 0 (after val.first) pooled the "
+                 "score 0.125; expected 0.25",
+          proves=("DIST-1.1",))(_dist.MeanOfRankMeans)
+mutant_of("check_generated_runs_stop_and_end_together",
+          expect="did not stop the run; expected a stop [multi-rank;",
+          proves=("DIST-2.1",))(_dist.StopVerdictOnRankZeroOnly)
 mutant_of("check_generated_runs_take_one_debug_batch",
           expect="the debug run ended epoch 0 at train_step 2; expected 1",
           proves=("DBG-1.1",))(_dbg.DebugDoesNotTruncate)
+
+
+@mutant_of("check_generated_runs_agree_on_the_best",
+           expect="rank 1 of 2: the fresh 2-rank run's validation 0 (after val.first) was not "
+                  "taken as an improvement; expected an improvement",
+           proves=("DIST-3.1",))
+class ImprovementOnlyWhereBestIsWritten(BaseTrainer):
+    """Returns an improvement only on the rank that writes best.pt (rank 0): the other ranks
+    hold the best weights, yet count every validation against their patience."""
+
+    def save_if_best(self, score: float, metrics: Any = None) -> bool:
+        improved = super().save_if_best(score, metrics)
+        return improved and self.rank == 0

@@ -1,0 +1,98 @@
+"""What one generated example gives the model's clauses to judge, and how it reads in evidence.
+
+A generated example (a chain of runs, as JSON) speaks for a clause when the run the model
+expects holds something that clause judges: a validation, an epoch trained, a test pass, a
+file. The engine counts the clean chains that speak for each clause as its evidence
+(:mod:`trainspec.conformance.checks.generated_passes`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainspec.conformance.checks.model_compare import MULTI_RANK
+from trainspec.conformance.run.scenario import Scenario
+from trainspec.conformance.spec.model import ModelConfig, RunExpect, expect_chain, expect_run
+
+__all__ = ["describe_example", "speaks_for"]
+
+
+# clause -> what a run the model expects must hold for the clause to have something to judge
+_NEEDS: dict[str, str] = {
+    "LOOP-1": "epochs", "DBG-1": "epochs", "DBG-2": "epochs", "DBG-3": "epochs",
+    "LOOP-2": "validations", "BEST-1": "validations", "BEST-2": "validations",
+    "NAN-1": "validations", "PAT-5": "validations", "DIST-1": "validations",
+    "RES-3": "validations", "LOOP-4": "test", "BEST-4": "test",
+    "BEST-3": "files", "CKPT-1": "files", "RES-1": "run", "FT-1": "run",
+    # a multi-rank run that trains: its ranks meet in collectives, and must stop and end together
+    "DIST-2": "epochs", "DIST-3": "validations",
+}
+_RANKS_ONLY = ("DIST-2", "DIST-3")  # judged on multi-rank runs alone
+_KINDS: dict[str, tuple[str, ...]] = {"DBG-1": ("debug",), "DBG-2": ("debug",),
+                                      "DBG-3": ("debug",), "RES-1": ("resumed",),
+                                      "RES-3": ("resumed",), "FT-1": ("finetuned",)}
+
+
+def _holds(want: RunExpect, need: str) -> bool:
+    if need == "epochs":
+        return bool(want.epochs_trained)
+    if need == "validations":
+        return bool(want.validations)
+    if need == "test":
+        return want.test_passes > 0
+    if need == "files":
+        return bool(want.files)
+    return True
+
+
+def speaks_for(example: dict[str, Any]) -> set[str]:
+    """The clauses one generated chain gives something to judge, as the model expects it:
+    a clause on validations is judged only where a validation is expected, and so on."""
+    kind = example["kind"]
+    base = Scenario.from_json(example["scenario"])
+    cfg = ModelConfig.from_mapping(base.config)
+
+    def score(epoch: int | None) -> float:
+        return base.scores.pooled(epoch, base.world_size)
+
+    wants: list[RunExpect] = []
+    if kind in ("fresh", "debug", MULTI_RANK):
+        wants.append(expect_run(cfg, score, kind="fresh" if kind == MULTI_RANK else kind))
+    else:
+        at = example["interrupted_at"]
+        chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=1,
+                             file_index=int(example["file_index"]),
+                             interrupted_at=None if at is None else (at[0], int(at[1])))
+        if at is None:
+            wants.append(chain.source)
+        if chain.run is not None:
+            wants.append(chain.run)
+    return {clause for clause, need in _NEEDS.items()
+            if (kind == MULTI_RANK or clause not in _RANKS_ONLY)
+            and any((want.kind in _KINDS.get(clause, (want.kind,))) and _holds(want, need)
+                    for want in wants)}
+
+
+def describe_example(example: dict[str, Any]) -> str:
+    """The generated chain in one phrase: kind, interruption, file, config, scores."""
+    s = Scenario.from_json(example["scenario"])
+    parts = [example["kind"]]
+    if example["kind"] in ("resumed", "finetuned"):
+        at = example["interrupted_at"]
+        parts.append("from a source run " + ("run to its end" if at is None
+                                             else f"interrupted at {at[0]} of epoch {at[1]}"))
+        parts.append(f"its resumable file #{example['file_index']}")
+    keys = ("num_epochs", "val.first", "val.every_n_epochs", "val.minimize", "val.patience",
+            "val.start_patience", "test.enable", "ckpt.enable", "ckpt.every_n_epochs",
+            "ckpt.save_last", "grad_accum_steps")
+    parts.append(", ".join(f"{k}={s.get(k)}" for k in keys))
+    n = s.world_size
+    if example["kind"] == MULTI_RANK:
+        parts.insert(1, f"{n} ranks")
+        shards = [list(s.scores.epochs[e]) for e in range(len(s.scores.epochs))]
+        parts.append(f"(total, count) per rank {shards}" + (
+            "" if s.scores.first is None else f", val.first {list(s.scores.first)}"))
+    scores = [s.scores.pooled(e, n) for e in range(len(s.scores.epochs))]
+    parts.append(f"{'pooled ' if n > 1 else ''}scores {scores}" + (
+        "" if s.scores.first is None else f", val.first score {s.scores.pooled(None, n)}"))
+    return "; ".join(parts)

@@ -1,0 +1,138 @@
+"""The generated runs themselves: each in a process forked for it (a run on several ranks, one
+process a rank), interrupted where the draw says, its records parsed into a rank's trace and
+the files it left read the trainer's way; the runs this process made are counted, for the
+engine's budgets (:mod:`trainspec.conformance.checks.generated_passes`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from trainspec.conformance.run.describe import describe_files
+from trainspec.conformance.run.files import FileRecord
+from trainspec.conformance.run.memory import (
+    ForkedRun,
+    MemoryContext,
+    call_in_fork,
+    run_in_fork,
+    run_ranks_in_fork,
+)
+from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
+from trainspec.conformance.run.scenario import CrashWhere, Scenario
+from trainspec.conformance.run.trace import RankTrace, parse_rank
+
+__all__ = ["RUNS", "Broke", "Interrupted", "run", "run_ranks"]
+
+# once a rank's run has ended, the others end within this or are cut short (a rank left in a
+# collective after another left the loop waits for nothing: DIST-2.2 judges it)
+_RANKS_GRACE_S = 5.0
+
+class Interrupted(BaseException):
+    """The drawn interruption: raised through the trainer as a kill would end it."""
+
+
+# the trainer runs this process has made: the engine's budgets are counted in them
+RUNS = [0]
+
+
+class Broke(BaseException):
+    """A generated run hung past its bound, or the adapter's own code raised: no example can
+    be judged, and the engine stops at once (not an Exception: hypothesis does not shrink
+    it)."""
+
+    def __init__(self, status: str, error: str, detail: str = "") -> None:
+        super().__init__(error)
+        self.status, self.error, self.detail = status, error, detail
+
+
+class _Interrupting(MemoryContext):
+    """A memory context that interrupts the run at one point (and at the epoch boundaries
+    it sees in the records, as the harness does)."""
+
+    def __init__(self, root: Path, at: tuple[CrashWhere, int] | None, *, rank: int = 0,
+                 world_size: int = 1) -> None:
+        super().__init__(root, rank=rank, world_size=world_size)
+        self.at, self.fired = at, False
+
+    def record(self, record: Record) -> None:
+        if isinstance(record, TrainStart):
+            self.crash_point("train_start", record.epoch)
+        super().record(record)
+        if isinstance(record, TrainEnd):
+            self.crash_point("train_end", record.epoch)
+
+    def crash_point(self, where: CrashWhere, epoch: int) -> None:
+        if self.at == (where, epoch) and not self.fired:
+            self.fired = True
+            raise Interrupted(f"interrupted at {where} of epoch {epoch}")
+
+
+def run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | None = None
+         ) -> tuple[RankTrace, list[FileRecord]]:
+    """One run in a process forked for it (no run sees another's module globals, working
+    folder or registries, as in the harness): its rank trace and the files it left under
+    ``root``."""
+    root.mkdir(parents=True, exist_ok=True)  # the run's own ckpt_root exists, as in the harness
+    RUNS[0] += 1
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+    run = run_in_fork(adapter, s, root, context=lambda r: _Interrupting(r, at), stop=Interrupted)
+    if run.timed_out:
+        raise Broke("timeout", f"a generated run ({s.name}) {run.error}")
+    return _trace(0, run), _described(adapter, root, before)
+
+
+def run_ranks(adapter: Any, s: Scenario, root: Path
+               ) -> tuple[list[RankTrace], list[FileRecord]]:
+    """One run on ``s.world_size`` ranks, each in a process forked for it, rendezvousing
+    through a store hosted here (torchrun's agent store, as the suite's own worlds do): every
+    rank's trace (a rank still running at the bound: ``timeout``), and the files the ranks
+    left under ``root``. Every rank hung: :class:`Broke`."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    root.mkdir(parents=True, exist_ok=True)
+    RUNS[0] += 1
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+    n = s.world_size
+    store = TCPStore("127.0.0.1", 0, world_size=n, is_master=True, wait_for_workers=False)
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "WORLD_SIZE": str(n),
+           "LOCAL_WORLD_SIZE": str(n), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    try:
+        runs = run_ranks_in_fork(
+            adapter, s, root, env=lambda rank: {**env, "RANK": str(rank),
+                                               "LOCAL_RANK": str(rank)},
+            context=lambda r, rank: _Interrupting(r, None, rank=rank, world_size=n),
+            grace_s=_RANKS_GRACE_S)
+    finally:
+        del store
+    if all(run.timed_out for run in runs):
+        raise Broke("timeout", f"a generated run ({s.name}, {n} ranks) {runs[0].error}")
+    return [_trace(rank, run) for rank, run in enumerate(runs)], \
+        _described(adapter, root, before)
+
+
+def _trace(rank: int, run: ForkedRun) -> RankTrace:
+    if run.ours:
+        raise Broke("adapter", f"the adapter's own code raised {run.error}", run.traceback)
+    status, error = "completed", ""
+    records = list(run.records)
+    if run.timed_out:
+        status, error = "timeout", str(run.error)
+    elif run.stopped:
+        status = "killed"
+    elif run.error is not None:
+        status, error = "raised", run.error
+    else:
+        records.append(Done())
+    return parse_rank(rank, records, status, error, run.traceback)  # type: ignore[arg-type]
+
+
+def _described(adapter: Any, root: Path, before: dict[Path, int]) -> list[FileRecord]:
+    # the files the run wrote (new or changed) are read the trainer's way, as in the worker
+    wrote = frozenset(os.path.abspath(p) for p in root.rglob("*")
+                      if p.is_file() and before.get(p) != p.stat().st_mtime_ns)
+    described, problem, hung = call_in_fork(lambda: describe_files(adapter, root, wrote))
+    if problem is not None or not isinstance(described, list):
+        raise Broke("adapter", f"describing the checkpoint files {'was ' if hung else ''}"
+                     f"{problem or 'gave no list'}")
+    return [FileRecord.from_json(f) for f in described]
