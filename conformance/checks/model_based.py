@@ -239,9 +239,10 @@ def _register(spec: ModelClause) -> None:
         return _judge(ctx, clause)
 
     judge.__name__ = judge.__qualname__ = f"check_generated_runs_{spec.subject}"
-    judge.__doc__ = (f"Generated runs of every kind meet {clause} as the model of the spec "
-                     "says.\n\nOne divergence per generated chain, shrunk, charged to the "
-                     "sentence it breaks.")
+    on_ranks = all(JUDGED_ON[s] == _RANKS for s in spec.covers)
+    judge.__doc__ = (f"Generated runs {'on several ranks' if on_ranks else 'of every kind'} "
+                     f"meet {clause} as the model of the spec says.\n\nOne divergence per "
+                     "generated chain, shrunk, charged to the sentence it breaks.")
     check(clause, requires=spec.requires, covers=spec.covers, multi_rank=spec.multi_rank)(judge)
 
 
