@@ -21,12 +21,14 @@ from trainspec.conformance.run.memory import (
 from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 from trainspec.conformance.run.trace import RankTrace, parse_rank
+from trainspec.conformance.run.world import agent_store
 
 __all__ = ["RUNS", "Broke", "Interrupted", "run", "run_ranks"]
 
 # once a rank's run has ended, the others end within this or are cut short (a rank left in a
 # collective after another left the loop waits for nothing: DIST-2.2 judges it)
 _RANKS_GRACE_S = 5.0
+
 
 class Interrupted(BaseException):
     """The drawn interruption: raised through the trainer as a kill would end it."""
@@ -50,9 +52,8 @@ class _Interrupting(MemoryContext):
     """A memory context that interrupts the run at one point (and at the epoch boundaries
     it sees in the records, as the harness does)."""
 
-    def __init__(self, root: Path, at: tuple[CrashWhere, int] | None, *, rank: int = 0,
-                 world_size: int = 1) -> None:
-        super().__init__(root, rank=rank, world_size=world_size)
+    def __init__(self, root: Path, at: tuple[CrashWhere, int] | None) -> None:
+        super().__init__(root)
         self.at, self.fired = at, False
 
     def record(self, record: Record) -> None:
@@ -69,62 +70,63 @@ class _Interrupting(MemoryContext):
 
 
 def run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | None = None
-         ) -> tuple[RankTrace, list[FileRecord]]:
+        ) -> tuple[RankTrace, list[FileRecord]]:
     """One run in a process forked for it (no run sees another's module globals, working
     folder or registries, as in the harness): its rank trace and the files it left under
     ``root``."""
-    root.mkdir(parents=True, exist_ok=True)  # the run's own ckpt_root exists, as in the harness
-    RUNS[0] += 1
-    before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
-    run = run_in_fork(adapter, s, root, context=lambda r: _Interrupting(r, at), stop=Interrupted)
-    if run.timed_out:
-        raise Broke("timeout", f"a generated run ({s.name}) {run.error}")
-    return _trace(0, run), _described(adapter, root, before)
+    before = _begin(root)
+    forked = run_in_fork(adapter, s, root, context=lambda r: _Interrupting(r, at),
+                         stop=Interrupted)
+    if forked.timed_out:
+        raise Broke("timeout", f"a generated run ({s.name}) {forked.error}")
+    return _trace(0, forked), _described(adapter, root, before)
 
 
 def run_ranks(adapter: Any, s: Scenario, root: Path
-               ) -> tuple[list[RankTrace], list[FileRecord]]:
+              ) -> tuple[list[RankTrace], list[FileRecord]]:
     """One run on ``s.world_size`` ranks, each in a process forked for it, rendezvousing
     through a store hosted here (torchrun's agent store, as the suite's own worlds do): every
     rank's trace (a rank still running at the bound: ``timeout``), and the files the ranks
     left under ``root``. Every rank hung: :class:`Broke`."""
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
-    root.mkdir(parents=True, exist_ok=True)
-    RUNS[0] += 1
-    before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+    before = _begin(root)
     n = s.world_size
-    store = TCPStore("127.0.0.1", 0, world_size=n, is_master=True, wait_for_workers=False)
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "WORLD_SIZE": str(n),
-           "LOCAL_WORLD_SIZE": str(n), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    store, env = agent_store("127.0.0.1", n)
     try:
-        runs = run_ranks_in_fork(
+        forked = run_ranks_in_fork(
             adapter, s, root, env=lambda rank: {**env, "RANK": str(rank),
-                                               "LOCAL_RANK": str(rank)},
-            context=lambda r, rank: _Interrupting(r, None, rank=rank, world_size=n),
+                                               "LOCAL_RANK": str(rank),
+                                               "LOCAL_WORLD_SIZE": str(n)},
+            context=lambda r, rank: MemoryContext(r, rank=rank, world_size=n),
             grace_s=_RANKS_GRACE_S)
     finally:
         del store
-    if all(run.timed_out for run in runs):
-        raise Broke("timeout", f"a generated run ({s.name}, {n} ranks) {runs[0].error}")
-    return [_trace(rank, run) for rank, run in enumerate(runs)], \
-        _described(adapter, root, before)
+    if all(f.timed_out for f in forked):
+        raise Broke("timeout", f"a generated run ({s.name}, {n} ranks) {forked[0].error}")
+    return [_trace(rank, f) for rank, f in enumerate(forked)], _described(adapter, root, before)
 
 
-def _trace(rank: int, run: ForkedRun) -> RankTrace:
-    if run.ours:
-        raise Broke("adapter", f"the adapter's own code raised {run.error}", run.traceback)
+def _begin(root: Path) -> dict[Path, int]:
+    """A run is counted, its own ckpt_root made (as in the harness); the files already there,
+    with their modification times."""
+    root.mkdir(parents=True, exist_ok=True)
+    RUNS[0] += 1
+    return {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def _trace(rank: int, forked: ForkedRun) -> RankTrace:
+    if forked.ours:
+        raise Broke("adapter", f"the adapter's own code raised {forked.error}", forked.traceback)
     status, error = "completed", ""
-    records = list(run.records)
-    if run.timed_out:
-        status, error = "timeout", str(run.error)
-    elif run.stopped:
+    records = list(forked.records)
+    if forked.timed_out:
+        status, error = "timeout", str(forked.error)
+    elif forked.stopped:
         status = "killed"
-    elif run.error is not None:
-        status, error = "raised", run.error
+    elif forked.error is not None:
+        status, error = "raised", forked.error
     else:
         records.append(Done())
-    return parse_rank(rank, records, status, error, run.traceback)  # type: ignore[arg-type]
+    return parse_rank(rank, records, status, error, forked.traceback)  # type: ignore[arg-type]
 
 
 def _described(adapter: Any, root: Path, before: dict[Path, int]) -> list[FileRecord]:

@@ -152,10 +152,14 @@ def _engine(ctx: CheckContext) -> _Engine:
     return state
 
 
+def _draws_ranks(ctx: CheckContext) -> bool:
+    """A check of several ranks draws multi-rank runs too (on 2 to 4 ranks)."""
+    return ctx.world_size > 1
+
+
 def _pass(ctx: CheckContext, name: str, runs: int) -> PropertyOutcome:
     state = _engine(ctx)
-    # a check of several ranks draws multi-rank runs too (on 2 to 4 ranks)
-    ranks = ";ranks=1" if ctx.world_size > 1 else ""
+    ranks = ";ranks=1" if _draws_ranks(ctx) else ""
     return ctx.runs.property(f"{name};runs={runs}{ranks};memo={state.memo}",
                              runner=GENERATED_RUNNER,
                              max_examples=examples_for(ctx.max_examples),
@@ -187,7 +191,7 @@ def _judge(ctx: CheckContext, clause: str) -> str:
         raise NotApplicable(f"{clause}: not judged by generated runs: none of the "
                             f"{outcome.examples} generated chains ({outcome.runs} runs) gave "
                             f"it anything to judge: {why}{aside}{spent}")
-    kinds = "fresh, resumed, finetuned, debug" + (", multi-rank" if ctx.world_size > 1 else "")
+    kinds = "fresh, resumed, finetuned, debug" + (", multi-rank" if _draws_ranks(ctx) else "")
     return (f"{n_judged} of {outcome.examples} generated chains ({kinds}; {outcome.runs} "
             f"runs) judged {clause} and matched the model on every sentence of it{aside}"
             f"{spent}")

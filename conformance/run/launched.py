@@ -28,7 +28,13 @@ from trainspec.conformance.run.protocol import AdapterSpec, Run, RunReply, as_ru
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.session import WorkerProcess
 from trainspec.conformance.run.trace import RankTrace, Trace
-from trainspec.conformance.run.world import Grace, grace_s, next_job_dir, rank_trace
+from trainspec.conformance.run.world import (
+    Grace,
+    agent_store,
+    grace_s,
+    next_job_dir,
+    rank_trace,
+)
 from trainspec.errors import HarnessError
 
 __all__ = ["LaunchWorld", "Peer", "Ranks"]
@@ -144,14 +150,10 @@ class LaunchWorld:
         local = self.slots[0]
         local.wait_settled()
         started = time.monotonic()
-        from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
         addr = os.environ.get("TRAINSPEC_RENDEZVOUS_ADDR") or self.ranks.launch.master_addr
-        store = TCPStore(addr, 0, world_size=self.size, is_master=True, wait_for_workers=False)
+        store, env = agent_store(addr, self.size)
         bound = grace_s(scenario)
-        env = {"MASTER_ADDR": addr, "MASTER_PORT": str(store.port),
-               "WORLD_SIZE": str(self.size), "TORCHELASTIC_USE_AGENT_STORE": "True",
-               **nccl_env(60.0 if bound is None else bound - 10.0, os.environ)}
+        env = {**env, **nccl_env(60.0 if bound is None else bound - 10.0, os.environ)}
         job = job_dir.name
         try:
             for r in range(self.size):

@@ -54,7 +54,7 @@ from trainspec.conformance.run.trace import (
 )
 from trainspec.errors import AdapterError, HarnessError
 
-__all__ = ["Grace", "World", "grace_s", "next_job_dir", "rank_trace"]
+__all__ = ["Grace", "World", "agent_store", "grace_s", "next_job_dir", "rank_trace"]
 
 # job folders are numbered across every world of the process: worlds of several adapters and
 # sizes share one scratch folder
@@ -71,6 +71,17 @@ def next_job_dir(root: Path, label: str) -> Path:
     job_dir = root / f"job{next(_JOBS)}-{label}"[:120]
     job_dir.mkdir(parents=True)
     return job_dir
+
+
+def agent_store(addr: str, size: int) -> tuple[object, dict[str, str]]:
+    """A store hosted in this process for a run of ``size`` ranks on ``addr`` (torchrun's
+    agent store), and the environment every rank joins it by (its own ``RANK`` and
+    ``LOCAL_RANK`` aside). The store lives as long as the object returned."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    store = TCPStore(addr, 0, world_size=size, is_master=True, wait_for_workers=False)
+    return store, {"MASTER_ADDR": addr, "MASTER_PORT": str(store.port), "WORLD_SIZE": str(size),
+                   "TORCHELASTIC_USE_AGENT_STORE": "True"}
 
 
 def grace_s(scenario: Scenario) -> float | None:
@@ -242,14 +253,9 @@ class World:
         """A store hosted here for a multi-rank run (torchrun's agent store), and its env."""
         if self.size == 1:
             return None, {}
-        from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
-        store = TCPStore("127.0.0.1", 0, world_size=self.size, is_master=True,
-                         wait_for_workers=False)
+        store, env = agent_store("127.0.0.1", self.size)
         bound = grace_s(scenario)
-        return store, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
-                       "WORLD_SIZE": str(self.size), "TORCHELASTIC_USE_AGENT_STORE": "True",
-                       **nccl_env(60.0 if bound is None else bound - 10.0, os.environ)}
+        return store, {**env, **nccl_env(60.0 if bound is None else bound - 10.0, os.environ)}
 
     def _files(self, reply: RunReply) -> tuple[FileRecord, ...]:
         if reply.files_error:
