@@ -14,12 +14,14 @@ short leaves the project's files untouched.
 
 A mutant is checked by ``trainspec check reference`` on the clauses whose scenarios execute the
 mutated function (the map: each clause's check run once under the suite's profiler,
-``TRAINSPEC_PROFILE_DIR``, and every reference function its runs called noted; a mutant outside
-any function, or in a function no clause's runs call, is checked on every clause). Killed: a
-check failed, errored or timed out (the check's process is ended at the first such check's
-progress line: the rest need not run, so a killed mutant costs a few seconds). Survived: every
-clause passed. Each survivor
-is triaged in ``benchmarks/mutation_triage.toml``: *equivalent* (why no observable can change),
+``TRAINSPEC_PROFILE_DIR``, in every process its runs take, the generated runs forked from a
+property's child and the forked file reads included, and every reference function its runs
+called noted; a mutant outside any function, or in a function no clause's runs call, is
+checked on every clause). Killed: a check failed, errored or timed out (the check's process is
+ended at the first such check's progress line: the rest need not run, so a killed mutant costs
+a few seconds; a ``--fresh`` run checks each mutant first on the clauses that killed it last
+time, an order that changes no outcome). Survived: every clause passed. Each survivor is
+triaged in ``benchmarks/mutation_triage.toml``: *equivalent* (why no observable can change),
 *outside* (what changes is something no clause speaks of: a log, a message, a folder the runs
 never need), *unreached* (the line runs only on hardware the machine lacks: CUDA),
 *unobservable* (what breaks is only a sentence the spec's sentence map declares unobservable,
@@ -31,6 +33,8 @@ module has ``from __future__ import annotations``) and an ``if TYPE_CHECKING:`` 
 
     python -m benchmarks.mutation map                  # the clause map (minutes), once
     python -m benchmarks.mutation run                  # every mutant, resumable, -j 2
+    python -m benchmarks.mutation run --fresh          # every mutant again (each first on the
+                                                       # clauses that killed it last time)
     python -m benchmarks.mutation run --sample 30 --seed 0 --killed-before --require-killed
                                                        # the CI sample
     python -m benchmarks.mutation report               # docs/mutation.md from the results
@@ -86,6 +90,7 @@ _KINDS = (*_UNSCORED, "gap")
 MAP_PATH = ROOT / "benchmarks" / "mutation_map.json"
 TRIAGE_PATH = ROOT / "benchmarks" / "mutation_triage.toml"
 RESULTS_PATH = ROOT / "benchmarks" / "mutation_results.jsonl"
+NEXT_RESULTS_PATH = ROOT / "benchmarks" / "mutation_results.next.jsonl"  # a --fresh run
 DOC_PATH = ROOT / "docs" / "mutation.md"
 _CHECK_TIMEOUT_S = 600.0  # one mutant's whole check
 _RUN_TIMEOUT_S = 30  # each run of it (the reference's take well under a second)
@@ -449,7 +454,8 @@ def load_triage(path: Path = TRIAGE_PATH) -> dict[str, dict[str, str]]:
 
 
 def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
-           triage: dict[str, dict[str, str]], *, wall_s: float | None, wall_n: int = 0) -> str:
+           triage: dict[str, dict[str, str]], *, wall_s: float | None, wall_n: int = 0,
+           wall_fresh: bool = False) -> str:
     by_id = {o.id: o for o in outcomes}
     counts = Counter(by_id[m.id].status for m in mutants if m.id in by_id)
     checked = sum(counts.values())
@@ -464,7 +470,8 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
         "Made by `python -m benchmarks.mutation report` from the results of "
         "`python -m benchmarks.mutation run` (see `benchmarks/mutation.py` for the method:",
         "cosmic-ray's operators, each mutant checked by `trainspec check reference` on the "
-        "clauses whose runs call the mutated function). Do not edit by hand.",
+        "clauses whose runs call the mutated function, the generated runs' processes "
+        "included). Do not edit by hand.",
         "",
         f"- Files: {', '.join(f'`{f}`' for f in FILES)}",
         f"- Operators ({len(OPERATORS)}): "
@@ -485,7 +492,9 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
     ]
     if wall_s is not None:
         lines.append(f"- Wall time of the last run: {wall_s / 60:.1f} min"
-                     + (f" ({wall_n} mutants, two at a time)" if wall_n else ""))
+                     + (f" ({wall_n} mutants, two at a time"
+                        + (", `run --fresh`: each first on the clauses that killed it in the "
+                           "run before" if wall_fresh else "") + ")" if wall_n else ""))
     lines.append("- In CI (`.ci/run`): a fixed sample of 30 of the killed mutants, `python -m "
                  "benchmarks.mutation run --sample 30 --seed 0 --killed-before "
                  "--require-killed`, each checked first on the clauses that killed it; CI "
@@ -543,6 +552,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--results", type=Path, default=None, metavar="FILE.jsonl",
                    help="where outcomes are appended (default: benchmarks/"
                         "mutation_results.jsonl; a sample: a temporary file)")
+    r.add_argument("--fresh", action="store_true",
+                   help="check every mutant again, into benchmarks/mutation_results.next.jsonl "
+                        "(resumable), each first on the clauses that killed it in the recorded "
+                        "results (an order only: a mutant those no longer kill is checked on "
+                        "the rest); once every mutant is checked the new results replace the "
+                        "recorded ones")
     r.add_argument("--require-killed", action="store_true",
                    help="exit 1 unless every mutant checked is killed or triaged equivalent "
                         "or outside the spec")
@@ -553,6 +568,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the wall time of the run, in minutes, for the report")
     p.add_argument("--wall-mutants", type=int, default=0,
                    help="how many mutants that run checked")
+    p.add_argument("--wall-fresh", action="store_true",
+                   help="that run was `run --fresh` (each mutant first on its killers)")
     args = parser.parse_args(argv)
     if args.command == "map":
         mapping = clause_map(args.jobs)
@@ -567,7 +584,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "report":
         DOC_PATH.write_text(render(mutants, load_results(args.results), load_triage(),
                                    wall_s=None if args.wall_min is None
-                                   else args.wall_min * 60, wall_n=args.wall_mutants))
+                                   else args.wall_min * 60, wall_n=args.wall_mutants,
+                                   wall_fresh=args.wall_fresh))
         print(f"wrote {DOC_PATH.relative_to(ROOT)}")
         return 0
     if not MAP_PATH.exists():
@@ -575,9 +593,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "python -m benchmarks.mutation map")
     mapping = json.loads(MAP_PATH.read_text())
     pool, first = mutants, {}
-    if args.killed_before:  # each checked first on the clauses that killed it
+    if args.killed_before or args.fresh:  # each checked first on the clauses that killed it
         first = {o.id: o.failed for o in load_results(RESULTS_PATH)
                  if o.status in ("killed", "timeout")}
+    if args.killed_before:
         pool = [m for m in mutants if m.id in first]
     chosen = pool if args.sample is None else sample(pool, args.sample, args.seed)
     if args.ids:
@@ -587,18 +606,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"--ids: no such mutant: {', '.join(sorted(unknown))} (the IDs "
                              "`python -m benchmarks.mutation list` prints)")
         chosen = [m for m in chosen if m.id in wanted]
+    began = time.monotonic()
     with contextlib.ExitStack() as stack:
         results = args.results
         if results is None and args.sample is not None:
             results = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "r.jsonl"
+        elif results is None and args.fresh:
+            results = NEXT_RESULTS_PATH
         outcomes = run(chosen, mapping, results or RESULTS_PATH, jobs=args.jobs,
                        say=lambda s: print(s, file=sys.stderr, flush=True), first=first)
+    if args.fresh and results == NEXT_RESULTS_PATH and len(outcomes) == len(chosen) == len(
+            mutants):
+        NEXT_RESULTS_PATH.replace(RESULTS_PATH)
+        print(f"every mutant checked: {RESULTS_PATH.relative_to(ROOT)} replaced")
     triage = load_triage()
     missed = [o for o in outcomes if o.status in ("survived", "error")
               and triage.get(o.id, {}).get("kind") not in _UNSCORED]
     counts = Counter(o.status for o in outcomes)
     print(f"{len(outcomes)} mutants checked: " +
-          ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+          ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) +
+          f" ({(time.monotonic() - began) / 60:.1f} min this run)")
     for o in missed:
         m = next(x for x in chosen if x.id == o.id)
         print(f"  {o.status}: {o.id} (line {m.line}): {m.before!r} -> {m.after()!r} "

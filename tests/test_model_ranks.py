@@ -4,6 +4,7 @@ one rank is charged (the rank's own run, or the DIST sentence it breaks by parti
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -17,7 +18,12 @@ from hypothesis import given, settings
 from trainspec.conformance.api import replay_generated
 from trainspec.conformance.checks.base import CheckFailed
 from trainspec.conformance.checks.generated import examples, quotas
-from trainspec.conformance.checks.generated_examples import describe_example, speaks_for
+from trainspec.conformance.checks.generated_examples import (
+    decided_score,
+    describe_example,
+    own_score,
+    speaks_for,
+)
 from trainspec.conformance.checks.model_compare import MULTI_RANK, rank_divergences
 from trainspec.conformance.run import memory
 from trainspec.conformance.run.adapter import CAPABILITIES
@@ -30,7 +36,7 @@ from trainspec.conformance.run.records import (
     TrainStart,
     Validation,
 )
-from trainspec.conformance.run.scenario import Scenario, ScoreScript
+from trainspec.conformance.run.scenario import Scenario, ScoreScript, Task
 from trainspec.conformance.run.trace import RankTrace, parse_rank
 from trainspec.conformance.spec.model import ModelConfig, expect_run
 
@@ -62,20 +68,27 @@ def test_a_multi_rank_draw_scripts_a_total_and_count_on_each_of_two_to_four_rank
         assert all(total == 0.0 for total, count in row if count == 0)  # an empty shard
     assert f"{s.world_size} ranks" in describe_example(example)
     spoken = speaks_for(example)
-    assert ("DIST-2" in spoken) == bool(s.get("num_epochs"))  # ranks that train end together
-    assert ("DIST-1" in spoken) == bool(s.get("num_epochs") or s.get("val.first"))
+    trains = bool(expect_run(ModelConfig.from_mapping(s.config), decided_score(s),
+                             kind="fresh", steps_per_epoch=1).epochs_trained)
+    assert ("DIST-2" in spoken) == trains  # ranks that train end together
+    # handed rank-local scores, the trainer pools nothing: DIST-1 has nothing to judge there
+    assert ("DIST-1" in spoken) == (bool(s.get("num_epochs") or s.get("val.first"))
+                                    and s.task.metric != "local")
+    assert ("DIST-3" in spoken) == bool(s.get("num_epochs") or s.get("val.first"))
 
 
 def test_the_multi_rank_draw_reaches_every_shape_the_issue_names() -> None:
     seen: dict[str, bool] = {"4 ranks": False, "nothing counted": False,
                              "an empty shard on a rank past 1": False,
-                             "a non-finite total on some ranks only": False}
+                             "a non-finite total on some ranks only": False,
+                             "scores handed rank-local (DIST-3.3)": False}
 
     @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(examples(kind=MULTI_RANK))
     def look(example: dict[str, Any]) -> None:
         s = Scenario.from_json(example["scenario"])
         seen["4 ranks"] |= s.world_size == 4
+        seen["scores handed rank-local (DIST-3.3)"] |= s.task.metric == "local"
         for row in s.scores.epochs:
             counts = [c for _, c in row]
             finite = [math.isfinite(t) for t, _ in row]
@@ -163,6 +176,68 @@ def test_the_first_departure_in_the_run_is_charged_whichever_rank_shows_it() -> 
     assert _charged(s, ranks) == ["DIST-3.1 rank 1 of 2"]
 
 
+# rank 0's own scores improve twice; rank 1's never after its first: handed rank-local, every
+# rank must take rank 0's improvements
+_LOCAL_ROWS = (((0.25, 1.0), (0.75, 1.0)), ((0.5, 1.0), (0.5, 1.0)), ((0.75, 1.0), (0.25, 1.0)))
+
+
+def _local() -> Scenario:
+    s = Scenario(name="ranks", scores=ScoreScript(epochs=_LOCAL_ROWS), world_size=2,
+                 task=Task(metric="local"))
+    return s.with_config(**{"num_epochs": 3, "val.patience": None, "ckpt.enable": False,
+                            "test.enable": False})
+
+
+def _local_charged(ranks: Sequence[RankTrace]) -> list[str]:
+    s = _local()
+    cfg = ModelConfig.from_mapping(s.config)
+    want = expect_run(cfg, decided_score(s), kind="fresh", steps_per_epoch=1)
+    found = rank_divergences(
+        want, ranks, [], counted=lambda e: s.scores.pairs(e, 0)[1] > 0,
+        own_score=functools.partial(own_score, s),
+        others=lambda: [("rank 1's own scores", expect_run(
+            cfg, functools.partial(own_score, s, 1), kind="fresh", steps_per_epoch=1))])
+    return [f"{d.sentence} {d.evidence}" for d in found]
+
+
+def _local_rank(rank: int, improved: Sequence[bool]) -> RankTrace:
+    records: list[Record] = []
+    for e, took in enumerate(improved):
+        records += [TrainStart(epoch=e, train_step=e, state=TrainerState(weights={})),
+                    TrainEnd(epoch=e, train_step=e + 1, batches=1, optimizer_steps=1,
+                             loader_len=1),
+                    Validation(epoch=e, phase="epoch", score=_LOCAL_ROWS[e][rank][0],
+                               improved=took, stop=False, weights={})]
+    return parse_rank(rank, [*records, Done()], "completed", "", "")
+
+
+def test_handed_rank_local_scores_every_rank_takes_rank_zeros_improvements() -> None:
+    # each rank records its own score; the decisions are rank 0's on every rank
+    assert _local_charged([_local_rank(0, [True, True, True]),
+                           _local_rank(1, [True, True, True])]) == []
+
+
+def test_another_rank_deciding_on_its_own_score_breaks_dist_3_3() -> None:
+    (charged,) = _local_charged([_local_rank(0, [True, True, True]),
+                                 _local_rank(1, [True, False, False])])
+    assert charged.startswith("DIST-3.3 rank 1 of 2: the fresh 2-rank run's validation 1 "
+                              "(after epoch 1) was not taken as an improvement")
+    assert charged.endswith("rank 0's own scores, which every rank compares: [0.25, 0.5]")
+
+
+def test_rank_zero_deciding_on_another_ranks_score_breaks_dist_3_3_and_a_slip_of_its_own_not(
+        ) -> None:
+    # all ranks agree, on rank 1's score: rank 0's decisions are those rank 1's scores give
+    (charged,) = _local_charged([_local_rank(0, [True, False, False]),
+                                 _local_rank(1, [True, False, False])])
+    assert charged.startswith("DIST-3.3 rank 0 of 2:")
+    assert "its decisions so far are those rank 1's own scores give, not rank 0's" in charged
+    # decisions no rank's scores give: rank 0's own slip (BEST-1), not a broadcast one
+    (charged,) = _local_charged([_local_rank(0, [False, True, True]),
+                                 _local_rank(1, [False, True, True])])
+    assert charged.startswith("BEST-1.1 rank 0 of 2:")
+
+
 # ---------------------------------------------------------------- the forked ranks
 
 
@@ -204,6 +279,37 @@ def test_a_rank_still_running_after_another_ended_is_cut_short_within_the_grace(
     assert [r.timed_out for r in runs] == [False, False, True]
     assert runs[0].error is None
     assert runs[2].records == []
+
+
+class _Departs:
+    """An adapter whose rank 1 records a validation then hangs, as ranks that parted in a
+    collective do; rank 0 hangs before it records one."""
+
+    def run(self, scenario: Scenario, ctx: MemoryContext) -> None:
+        if ctx.rank == 1:
+            ctx.record(Validation(epoch=0, phase="epoch", score=0.5, improved=False,
+                                  stop=False, weights={}))
+        time.sleep(60)
+
+
+def test_once_a_rank_departs_from_the_model_every_rank_is_cut_short_keeping_its_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a desynchronised trainer's ranks would wait out their group's timeout for nothing:
+    # the first departure is known once a rank records it
+    monkeypatch.setattr(memory, "RUN_BOUND_S", 30.0)
+    s = Scenario(name="ranks", world_size=2)
+    began = time.monotonic()
+    runs = run_ranks_in_fork(
+        _Departs(), s, tmp_path, env=lambda r: {},
+        context=lambda root, r: MemoryContext(root, rank=r, world_size=2), grace_s=20.0,
+        settled=lambda records: any(x.get("ev") == "val" and x["improved"] is False
+                                    for rank in records for x in rank))
+    assert time.monotonic() - began < 10  # the settled grace, not the bound nor the sleep
+    assert [(r.timed_out, r.cut) for r in runs] == [(True, True), (True, True)]
+    assert runs[0].records == []
+    assert [type(x).__name__ for x in runs[1].records] == ["Validation"]  # kept
+    assert runs[1].error == f"still running {memory.SETTLED_GRACE_S:g} s after the run's " \
+        "verdict was settled"
 
 
 def test_a_multi_rank_reproducer_replays_its_slip_and_the_reference_matches_it(

@@ -133,3 +133,29 @@ def test_a_patience_mutant_is_killed_in_a_tree_of_its_own_and_the_reference_stay
         assert (tree / "trainspec" / mutant.file).read_bytes() == before  # restored
     assert (outcome.status, outcome.failed) == ("killed", ["PAT-1"]), outcome.detail
     assert (mutation.ROOT / mutant.file).read_bytes() == before
+
+
+def _called_in_the_fork() -> bytes:
+    return b"ok"
+
+
+def test_a_forked_run_writes_its_profile_so_the_clause_map_sees_what_generated_runs_call(
+        tmp_path: Path) -> None:
+    # generated runs and forked file reads end with os._exit: without their own profile the
+    # map missed every reference function only they call (the resumes a model check draws)
+    import pstats
+
+    from trainspec.conformance.run.memory import _in_forks
+    from trainspec.conformance.run.profiling import profiled
+
+    with profiled(tmp_path, "property"):
+        assert _in_forks([_called_in_the_fork]) == [(b"ok", "ended")]
+    forked = list(tmp_path.glob("fork-*.prof"))
+    assert len(forked) == 1
+    called = {name for _file, _line, name in pstats.Stats(str(forked[0])).stats}  # type: ignore[attr-defined]
+    assert "_called_in_the_fork" in called
+    # the process that forked it keeps its own profile, without the fork's calls
+    (own,) = tmp_path.glob("property-*.prof")
+    assert "_called_in_the_fork" not in {
+        name for _file, _line, name in pstats.Stats(str(own)).stats}  # type: ignore[attr-defined]
+

@@ -56,6 +56,13 @@ SOURCES: dict[str, str] = {
              "takes +inf (-inf) as an improvement that resets wait_count",
     "RES-3": _NEW_DIRPATH,
     "RES-4": _NO_RNG,
+    "DIST-1": ("lightning/pytorch/trainer/connectors/logger_connector/result.py, "
+               "_ResultMetric.compute: a mean logged with sync_dist=True and a batch_size is "
+               "sync(sum of value * batch_size) / sync(cumulated_batch_size), both synced with "
+               "the 'mean' op; lightning/fabric/utilities/distributed.py, _sync_ddp: on gloo that "
+               "op is a SUM then result.copy_(result / world_size), which truncates the integer "
+               "cumulated_batch_size: where the ranks' counts do not sum to a multiple of the "
+               "world size the pooled mean is off (counts 1 and 0 on 2 ranks: 0.25 / 0 = inf)"),
     "DIST-3": (f"{_MC}.check_monitor_top_k: each rank compares its own logged monitor "
                "(self.log's sync_dist=False, the default, leaves it rank-local), then "
                "trainer.strategy.reduce_boolean_decision(...) keeps an improvement only when "

@@ -16,6 +16,8 @@ The passes that draw, judge and shrink these chains within a budget of trainer r
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from trainspec.conformance.checks.chains import resume_cause, trainer_frame, with_load
+from trainspec.conformance.checks.generated_examples import decided_score, own_score
 from trainspec.conformance.checks.generated_runs import run, run_ranks
 from trainspec.conformance.checks.model_compare import (
     MULTI_RANK,
@@ -175,6 +178,9 @@ def examples(draw: st.DrawFn, *, kind: str, caps: frozenset[str] = CAPABILITIES
         "ckpt.save_last": save_last,
         "grad_accum_steps": maybe("grad_accum", st.sampled_from([1, 2]), 1),
     })
+    if ranks and draw(st.sampled_from([False, False, True])):
+        # a third hand the trainer rank-local scores (unpooled): all decide on rank 0's
+        s = s.replace(task=dataclasses.replace(s.task, metric="local"))
     at = None
     if chained and draw(st.booleans()):
         at = [draw(st.sampled_from(_POINTS)), draw(st.integers(1, max(1, n - 1)))]
@@ -259,16 +265,26 @@ def _judge_ranks(adapter: Any, s: Scenario, cfg: ModelConfig, root: Path
     (the pooled score, DIST-1; its decisions and epochs, DIST-2 and DIST-3; its best weights);
     and the run must end on every rank (DIST-2.2)."""
     n = s.world_size
-    ranks, files = run_ranks(adapter, s, root)
+    decided = [(v.improved, v.stop) for v in expect_run(
+        cfg, decided_score(s), kind="fresh", steps_per_epoch=1).validations]
+    ranks, files = run_ranks(adapter, s, root, decided)
     first = ranks[0]
-    if first.status not in ("completed", "timeout"):
-        return _broke("fresh", first)
-    want = expect_run(cfg, lambda e: s.scores.pooled(e, n), kind="fresh",
-                      steps_per_epoch=_spe(first))
-    out = rank_divergences(want, ranks, files, counted=lambda e: any(
-        s.scores.pairs(e, r)[1] > 0 for r in range(n)))
-    if out:
-        return out
+    # rank 0 broke off (a collective failed once the ranks parted): where a rank departed
+    # from the model before, that departure is the cause, not the error that followed
+    broke = first.status not in ("completed", "timeout")
+    want = expect_run(cfg, decided_score(s), kind="fresh", steps_per_epoch=_spe(first))
+    if s.task.metric == "local":  # each rank records its own score; all decide on rank 0's
+        out = rank_divergences(
+            want, ranks, files, counted=lambda e: s.scores.pairs(e, 0)[1] > 0,
+            own_score=functools.partial(own_score, s),
+            others=lambda: [(f"rank {k}'s own scores", expect_run(
+                cfg, functools.partial(own_score, s, k), kind="fresh",
+                steps_per_epoch=_spe(first))) for k in range(1, n)], decisions_only=broke)
+    else:
+        out = rank_divergences(want, ranks, files, counted=lambda e: any(
+            s.scores.pairs(e, r)[1] > 0 for r in range(n)), decisions_only=broke)
+    if out or broke:
+        return out or _broke("fresh", first)
     stuck = [r for r in ranks if r.status != "completed"]
     if stuck:
         r = stuck[0]

@@ -8,13 +8,16 @@ file. The engine counts the clean chains that speak for each clause as its evide
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Callable
 from typing import Any
 
 from trainspec.conformance.checks.model_compare import MULTI_RANK
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.spec.model import ModelConfig, RunExpect, expect_chain, expect_run
 
-__all__ = ["describe_example", "speaks_for"]
+__all__ = ["decided_score", "describe_example", "own_score", "speaks_for"]
 
 
 # clause -> what a run the model expects must hold for the clause to have something to judge
@@ -45,6 +48,21 @@ def _holds(want: RunExpect, need: str) -> bool:
     return True
 
 
+def own_score(s: Scenario, rank: int, epoch: int | None) -> float:
+    """One rank's own score of a validation: its total over its count (NaN: none counted)."""
+    total, count = s.scores.pairs(epoch, rank)
+    return math.nan if count == 0 else total / count
+
+
+def decided_score(s: Scenario) -> Callable[[int | None], float]:
+    """The score the run's decisions are taken on, by validation: the pooled one, or, where
+    the scores are handed to the trainer rank-local (``task.metric="local"``), rank 0's own
+    (DIST-3.3: rank 0's, broadcast to every rank)."""
+    if s.task.metric == "local":
+        return functools.partial(own_score, s, 0)
+    return lambda epoch: s.scores.pooled(epoch, s.world_size)
+
+
 def speaks_for(example: dict[str, Any]) -> set[str]:
     """The clauses one generated chain gives something to judge, as the model expects it:
     a clause on validations is judged only where a validation is expected, and so on."""
@@ -52,9 +70,9 @@ def speaks_for(example: dict[str, Any]) -> set[str]:
     base = Scenario.from_json(example["scenario"])
     cfg = ModelConfig.from_mapping(base.config)
 
-    def score(epoch: int | None) -> float:
-        return base.scores.pooled(epoch, base.world_size)
-
+    score = decided_score(base)
+    # handed rank-local scores, the trainer pools nothing: DIST-1 has nothing to judge
+    unpooled = {"DIST-1"} if base.task.metric == "local" else set()
     wants: list[RunExpect] = []
     if kind in ("fresh", "debug", MULTI_RANK):
         wants.append(expect_run(cfg, score, kind="fresh" if kind == MULTI_RANK else kind))
@@ -68,7 +86,7 @@ def speaks_for(example: dict[str, Any]) -> set[str]:
         if chain.run is not None:
             wants.append(chain.run)
     return {clause for clause, need in _NEEDS.items()
-            if (kind == MULTI_RANK or clause not in _RANKS_ONLY)
+            if (kind == MULTI_RANK or clause not in _RANKS_ONLY) and clause not in unpooled
             and any((want.kind in _KINDS.get(clause, (want.kind,))) and _holds(want, need)
                     for want in wants)}
 
@@ -87,12 +105,15 @@ def describe_example(example: dict[str, Any]) -> str:
             "ckpt.save_last", "grad_accum_steps")
     parts.append(", ".join(f"{k}={s.get(k)}" for k in keys))
     n = s.world_size
+    local = s.task.metric == "local"
     if example["kind"] == MULTI_RANK:
-        parts.insert(1, f"{n} ranks")
+        parts.insert(1, f"{n} ranks" + (", scores handed rank-local" if local else ""))
         shards = [list(s.scores.epochs[e]) for e in range(len(s.scores.epochs))]
         parts.append(f"(total, count) per rank {shards}" + (
             "" if s.scores.first is None else f", val.first {list(s.scores.first)}"))
-    scores = [s.scores.pooled(e, n) for e in range(len(s.scores.epochs))]
-    parts.append(f"{'pooled ' if n > 1 else ''}scores {scores}" + (
-        "" if s.scores.first is None else f", val.first score {s.scores.pooled(None, n)}"))
+    score = decided_score(s)
+    scores = [score(e) for e in range(len(s.scores.epochs))]
+    what = "rank 0's own scores" if local else "pooled scores" if n > 1 else "scores"
+    parts.append(f"{what} {scores}" + (
+        "" if s.scores.first is None else f", val.first score {score(None)}"))
     return "; ".join(parts)

@@ -5,7 +5,9 @@ engine's budgets (:mod:`trainspec.conformance.checks.generated_passes`)."""
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +84,17 @@ def run(adapter: Any, s: Scenario, root: Path, at: tuple[CrashWhere, int] | None
     return _trace(0, forked), _described(adapter, root, before)
 
 
-def run_ranks(adapter: Any, s: Scenario, root: Path
+def run_ranks(adapter: Any, s: Scenario, root: Path,
+              decisions: Sequence[tuple[bool, bool]] | None = None
               ) -> tuple[list[RankTrace], list[FileRecord]]:
     """One run on ``s.world_size`` ranks, each in a process forked for it, rendezvousing
     through a store hosted here (torchrun's agent store, as the suite's own worlds do): every
-    rank's trace (a rank still running at the bound: ``timeout``), and the files the ranks
-    left under ``root``. Every rank hung: :class:`Broke`."""
+    rank's trace (a rank still running at the bound, or cut short: ``timeout``), and the
+    files the ranks left under ``root``. Every rank hung: :class:`Broke`.
+
+    ``decisions``: the model's ``(improved, stop)`` of each validation. Once a rank records
+    another, the run's first departure is known, and ranks that parted in a collective would
+    only wait out their group's timeout: a rank still running a moment later is cut short."""
     before = _begin(root)
     n = s.world_size
     store, env = agent_store("127.0.0.1", n)
@@ -97,12 +104,23 @@ def run_ranks(adapter: Any, s: Scenario, root: Path
                                                "LOCAL_RANK": str(rank),
                                                "LOCAL_WORLD_SIZE": str(n)},
             context=lambda r, rank: MemoryContext(r, rank=rank, world_size=n),
-            grace_s=_RANKS_GRACE_S)
+            grace_s=_RANKS_GRACE_S,
+            settled=None if decisions is None else functools.partial(_departed, decisions))
     finally:
         del store
-    if all(f.timed_out for f in forked):
+    if all(f.timed_out and not f.cut for f in forked):
         raise Broke("timeout", f"a generated run ({s.name}, {n} ranks) {forked[0].error}")
     return [_trace(rank, f) for rank, f in enumerate(forked)], _described(adapter, root, before)
+
+
+def _departed(decisions: Sequence[tuple[bool, bool]],
+              records: list[list[dict[str, Any]]]) -> bool:
+    """Whether some rank's validations so far (JSON records) decided other than the model."""
+    for rank in records:
+        taken = [(x.get("improved"), x.get("stop")) for x in rank if x.get("ev") == "val"]
+        if len(taken) > len(decisions) or taken != list(decisions[: len(taken)]):
+            return True
+    return False
 
 
 def _begin(root: Path) -> dict[Path, int]:
@@ -131,8 +149,11 @@ def _trace(rank: int, forked: ForkedRun) -> RankTrace:
 
 def _described(adapter: Any, root: Path, before: dict[Path, int]) -> list[FileRecord]:
     # the files the run wrote (new or changed) are read the trainer's way, as in the worker
-    wrote = frozenset(os.path.abspath(p) for p in root.rglob("*")
-                      if p.is_file() and before.get(p) != p.stat().st_mtime_ns)
+    files = [p for p in root.rglob("*") if p.is_file()]
+    if not files:  # nothing to describe (checkpoints off, a debug run): no process for it
+        return []
+    wrote = frozenset(os.path.abspath(p) for p in files
+                      if before.get(p) != p.stat().st_mtime_ns)
     described, problem, hung = call_in_fork(lambda: describe_files(adapter, root, wrote))
     if problem is not None or not isinstance(described, list):
         raise Broke("adapter", f"describing the checkpoint files {'was ' if hung else ''}"

@@ -80,7 +80,8 @@ MODEL_CLAUSES: tuple[ModelClause, ...] = (
                 requires=frozenset({"multi_rank"}), multi_rank=True),
     ModelClause(clause="DIST-2", subject="stop_and_end_together", covers=("DIST-2.1", "DIST-2.2"),
                 requires=frozenset({"multi_rank"}), multi_rank=True),
-    ModelClause(clause="DIST-3", subject="agree_on_the_best", covers=("DIST-3.1", "DIST-3.2"),
+    ModelClause(clause="DIST-3", subject="agree_on_the_best",
+                covers=("DIST-3.1", "DIST-3.2", "DIST-3.3"),
                 requires=frozenset({"multi_rank"}), multi_rank=True),
 )
 
@@ -107,6 +108,7 @@ JUDGED_ON: dict[str, tuple[str, ...]] = {
     "CKPT-1.1": _FILES, "CKPT-1.2": _FILES, "CKPT-1.3": _FILES, "CKPT-1.5": _FILES,
     "DIST-1.1": _ALL, "DIST-1.2": _RANKS, "DIST-1.3": _RANKS,
     "DIST-2.1": _RANKS, "DIST-2.2": _RANKS, "DIST-3.1": _RANKS, "DIST-3.2": _RANKS,
+    "DIST-3.3": _RANKS,
 }
 
 

@@ -280,10 +280,16 @@ def divergences(want: RunExpect, r: RankTrace, files: Sequence[FileRecord], *,
 # share rank 0's pooled score, improvement, stop, epochs or best weights
 _ON_ANOTHER_RANK = {"DIST-1.1": "DIST-1.2", "BEST-1.1": "DIST-3.1", "NAN-1.1": "DIST-3.1",
                     "PAT-5.1": "DIST-2.1", "LOOP-1.1": "DIST-2.1", "BEST-2.1": "DIST-3.2"}
+# handed rank-local scores, another rank that takes another improvement did
+# not compare rank 0's broadcast score
+_LOCAL_MOVED = {"BEST-1.1": "DIST-3.3", "NAN-1.1": "DIST-3.3"}
 
 
 def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequence[FileRecord],
-                     *, counted: Callable[[int | None], bool]) -> list[Divergence]:
+                     *, counted: Callable[[int | None], bool],
+                     own_score: Callable[[int, int | None], float] | None = None,
+                     others: Callable[[], Sequence[tuple[str, RunExpect]]] = lambda: (),
+                     decisions_only: bool = False) -> list[Divergence]:
     """Every rank of a fresh multi-rank run against the model (``want``, its scores pooled
     over the ranks), validation by validation across the ranks, so that the first departure
     in the run is the one charged: rank 0's as a fresh run's (its files too), another rank's,
@@ -291,9 +297,22 @@ def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequenc
     took another improvement or stop, trained other epochs, holds other best weights). Rank
     0 pooling NaN where some rank counted, or a number where none did, is DIST-1.3's
     (``counted(epoch)``: whether any rank counted a sample in that validation). A rank cut
-    short is judged on what it recorded (that it did not end is the caller's to say)."""
+    short is judged on what it recorded (that it did not end is the caller's to say).
+
+    ``own_score(rank, epoch)``: the scores were handed to the trainer rank-local (unpooled):
+    each rank records its own, and ``want`` decides on rank 0's, which every rank must take
+    (DIST-3.3: another rank taking another improvement broke it; so did rank 0, where its
+    decisions so far are those ``others()`` expects from another score, ``(what, expect)``).
+    ``decisions_only``: where each rank started and what it decided, nothing after (rank 0
+    broke off: what it recorded before, and the other ranks, may show why)."""
     n = len(ranks)
     name = f"fresh {n}-rank"
+    wants = [want] * n
+    if own_score is not None:
+        wants = [replace(want, validations=tuple(replace(v, score=own_score(r, v.epoch))
+                                                 for v in want.validations))
+                 for r in range(n)]
+    moved = _ON_ANOTHER_RANK if own_score is None else {**_ON_ANOTHER_RANK, **_LOCAL_MOVED}
 
     def on(r: RankTrace, d: Divergence, i: int | None = None) -> Divergence:
         sentence = d.sentence
@@ -304,22 +323,37 @@ def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequenc
                     math.isnan(v.score) and not nothing and not math.isnan(x.score)):
                 sentence = "DIST-1.3"
         if r.rank > 0:
-            sentence = _ON_ANOTHER_RANK.get(sentence, sentence)
+            sentence = moved.get(sentence, sentence)
+            if own_score is not None and i is not None and sentence == "DIST-3.3":
+                compared = fmt_scores([x.score for x in want.validations[: i + 1]])
+                return replace(d, sentence=sentence, evidence=(
+                    f"rank {r.rank} of {n}: {d.evidence}; rank 0's own scores, which every "
+                    f"rank compares: {compared}"))
+        elif own_score is not None and i is not None and sentence in _LOCAL_MOVED:
+            taken = [(v.improved, v.stop) for v in r.validations[: i + 1]]
+            for what, other in others():
+                if taken == [(x.improved, x.stop) for x in other.validations[: i + 1]]:
+                    return replace(d, sentence="DIST-3.3", evidence=(
+                        f"rank {r.rank} of {n}: {d.evidence}; its decisions so far are those "
+                        f"{what} give, not rank 0's"))
         return replace(d, sentence=sentence, evidence=f"rank {r.rank} of {n}: {d.evidence}")
 
     for r in ranks:
-        found = _start("fresh", want, r)
+        found = _start("fresh", wants[r.rank], r)
         if found:
             return [on(r, found[0])]
     for i in range(1, len(want.validations) + 1):
         for r in ranks:
-            found = _schedule_or_decisions("fresh", name, want, r, judged=i)
+            found = _schedule_or_decisions("fresh", name, wants[r.rank], r, judged=i)
             if found:
                 return [on(r, found[0], i - 1)]
+    if decisions_only:
+        return []
     done = [r for r in ranks if r.status == "completed"]
     judges: tuple[Callable[[RankTrace], list[Divergence]], ...] = (
-        lambda r: _validations("fresh", want, r), lambda r: _epochs("fresh", want, r),
-        lambda r: _best("fresh", want, r, None))
+        lambda r: _validations("fresh", wants[r.rank], r),
+        lambda r: _epochs("fresh", wants[r.rank], r),
+        lambda r: _best("fresh", wants[r.rank], r, None))
     for judge in judges:
         for r in done:
             found = judge(r)

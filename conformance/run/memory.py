@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainspec.conformance.run.profiling import dump_forked
 from trainspec.conformance.run.records import Record, from_json, to_json
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 
@@ -59,8 +60,9 @@ class ForkedRun:
     error: str | None = None
     stopped: bool = False  # ended by the ``stop`` exception run_in_fork was given
     ours: bool = False  # the error was raised in the adapter's own code (or the suite's)
-    timed_out: bool = False  # still running at the bound: killed
+    timed_out: bool = False  # still running at the bound, or cut short: killed
     traceback: str = ""
+    cut: bool = False  # cut short before the bound (the others had ended, or departed)
 
 
 # set by the worker child serving a property: the bound on each forked run, and whether a
@@ -90,33 +92,54 @@ def run_in_fork(adapter: Any, scenario: Scenario, root: Path, *,
     the run's context; ``stop``, an exception the context raises to end the run (an
     interruption), ends it as ``stopped``."""
     produce = _producer(adapter, scenario, root, lambda: context(root), stop, {})
-    return _forked_run(_in_forks([produce])[0])
+    return _forked_run(*_in_forks([produce])[0])
+
+
+# a settled run's ranks still running this long after it settled are cut short
+SETTLED_GRACE_S = 1.0
 
 
 def run_ranks_in_fork(adapter: Any, scenario: Scenario, root: Path,
                       env: Callable[[int], dict[str, str]],
                       context: Callable[[Path, int], MemoryContext],
-                      grace_s: float | None = None) -> list[ForkedRun]:
+                      grace_s: float | None = None,
+                      settled: Callable[[list[list[dict[str, Any]]]], bool] | None = None
+                      ) -> list[ForkedRun]:
     """Every rank of ``scenario``'s world (``scenario.world_size`` of them) run at once, each in
     a process forked for it with ``env(rank)`` added to its environment (the launcher's
     ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), each recording in memory, all
-    in one folder ``root`` as the ranks of one job share their checkpoint folder. Bounded as a
-    single run is: a rank still running at :data:`RUN_BOUND_S`, or ``grace_s`` after another
-    rank's run ended, is killed (``timed_out``) and the others keep what they recorded."""
+    in one folder ``root`` as the ranks of one job share their checkpoint folder. Each rank's
+    records come back as it makes them. Bounded as a single run is: a rank still running at
+    :data:`RUN_BOUND_S` is killed (``timed_out``); one still running ``grace_s`` after another
+    rank's run ended, or :data:`SETTLED_GRACE_S` after ``settled(records)`` (each rank's
+    records so far, as JSON) first held, is cut short (``timed_out`` and ``cut``). A killed
+    rank keeps what it recorded."""
     produces = [_producer(adapter, scenario, root, functools.partial(context, root, rank), None,
                           env(rank)) for rank in range(scenario.world_size)]
-    return [_forked_run(data) for data in _in_forks(produces, grace_s)]
+    return [_forked_run(data, ended) for data, ended in _in_forks(produces, grace_s, settled)]
 
 
 def _producer(adapter: Any, scenario: Scenario, root: Path,
               make_context: Callable[[], MemoryContext], stop: type[BaseException] | None,
               env: dict[str, str]) -> Callable[[], bytes]:
-    """The body of a forked run: the run, then its records and outcome as JSON lines."""
+    """The body of a forked run: the run, each record sent as a JSON line as it comes, then
+    the run's outcome as the last line."""
     from trainspec.conformance.run.reading import error_line, trusting
 
     def produce() -> bytes:
         os.environ.update(env)
         ctx = make_context()
+        keep = ctx.record
+
+        def record(record: Record) -> None:  # each record kept is sent as it comes
+            n = len(ctx.records)
+            try:
+                keep(record)  # a context that interrupts the run raises here
+            finally:
+                for kept in ctx.records[n:]:
+                    _send((json.dumps(to_json(kept)) + "\n").encode())
+
+        ctx.record = record  # type: ignore[method-assign]
         error, stopped, ours, text = None, False, False, ""
         inside = str(root.resolve()) + os.sep
         try:
@@ -130,19 +153,19 @@ def _producer(adapter: Any, scenario: Scenario, root: Path,
             if stop is None or not isinstance(e, stop):
                 raise
             stopped = True
-        out = [json.dumps(to_json(x)) for x in ctx.records]
-        out.append(json.dumps({"raised": error, "stopped": stopped, "ours": ours,
-                               "traceback": text}))
-        return ("\n".join(out) + "\n").encode()
+        return (json.dumps({"raised": error, "stopped": stopped, "ours": ours,
+                            "traceback": text}) + "\n").encode()
 
     return produce
 
 
-def _forked_run(data: bytes | None) -> ForkedRun:
-    if data is None:
-        return ForkedRun(records=[], error=f"still running after {RUN_BOUND_S:g} s",
-                         timed_out=True)
-    lines: list[dict[str, Any]] = [json.loads(x) for x in data.decode().splitlines() if x]
+def _forked_run(data: bytes, ended: str) -> ForkedRun:
+    if ended != "ended":  # killed: what it recorded before (complete lines only)
+        lines = _lines(data)
+        return ForkedRun(records=[from_json(x) for x in lines if "ev" in x],
+                         error=f"still running after {RUN_BOUND_S:g} s" if ended == "late"
+                         else f"still running {ended}", timed_out=True, cut=ended != "late")
+    lines = _lines(data)
     if not lines or set(lines[-1]) != {"raised", "stopped", "ours", "traceback"}:
         return ForkedRun(records=[from_json(x) for x in lines],
                          error="the run's process died before it ended (a signal, os._exit)")
@@ -166,8 +189,8 @@ def call_in_fork(func: Callable[[], object]) -> tuple[object, str | None, bool]:
             out = {"result": None, "error": error_line(e)}
         return json.dumps(out).encode()
 
-    data = _in_forks([produce])[0]
-    if data is None:
+    data, ended = _in_forks([produce])[0]
+    if ended != "ended":
         return None, f"still running after {RUN_BOUND_S:g} s", True
     try:
         got = json.loads(data.decode())
@@ -176,13 +199,31 @@ def call_in_fork(func: Callable[[], object]) -> tuple[object, str | None, bool]:
     return got["result"], got["error"], False
 
 
-def _in_forks(produces: list[Callable[[], bytes]], grace_s: float | None = None
-              ) -> list[bytes | None]:
-    """What each ``produce()`` returns, each made in a process forked for it (all at once)
-    that ends with the process that forked it (a worker's child killed mid-run leaves no run
-    behind it: the hook the worker child serving a property set in DIE_WITH_PARENT); None
-    for one still running at :data:`RUN_BOUND_S` (then it is killed). A child that died
-    returns what it wrote before (nothing)."""
+def _lines(data: bytes) -> list[dict[str, Any]]:
+    """The complete JSON lines of a forked child's output (a killed one's last may be cut)."""
+    return [json.loads(x) for x in data.decode(errors="replace").split("\n")[:-1] if x]
+
+
+# in a forked child: the write end of its pipe, for what it sends before it returns
+_PIPE: list[int] = []
+
+
+def _send(data: bytes) -> None:
+    view = memoryview(data)
+    while view and _PIPE:
+        view = view[os.write(_PIPE[0], view):]
+
+
+def _in_forks(produces: list[Callable[[], bytes]], grace_s: float | None = None,
+              settled: Callable[[list[list[dict[str, Any]]]], bool] | None = None
+              ) -> list[tuple[bytes, str]]:
+    """What each ``produce()`` sends and returns, each made in a process forked for it (all
+    at once) that ends with the process that forked it (a worker's child killed mid-run
+    leaves no run behind it: the hook the worker child serving a property set in
+    DIE_WITH_PARENT), and how it ended: ``"ended"``; ``"late"``, still running at
+    :data:`RUN_BOUND_S`; or cut short, in words (``grace_s`` after another ended, or once the
+    children's JSON lines ``settled``): each killed one keeps what it sent before. A child
+    that died returns what it wrote before."""
     children: list[tuple[int, int]] = []  # (read end, pid)
     try:
         for produce in produces:
@@ -194,10 +235,10 @@ def _in_forks(produces: list[Callable[[], bytes]], grace_s: float | None = None
                     for other, _ in children:  # the earlier ranks' pipes are theirs
                         os.close(other)
                     DIE_WITH_PARENT()
-                    view = memoryview(produce())
-                    while view:
-                        view = view[os.write(w, view):]
+                    _PIPE[:] = [w]
+                    _send(produce())
                 finally:
+                    dump_forked()
                     os._exit(0)
             os.close(w)  # before the next fork: only this child holds the write end
             children.append((r, pid))
@@ -207,38 +248,65 @@ def _in_forks(produces: list[Callable[[], bytes]], grace_s: float | None = None
             os.close(r)
             os.waitpid(pid, 0)
         raise
-    return _read_all_within(children, RUN_BOUND_S, grace_s)
+    return _read_all_within(children, RUN_BOUND_S, grace_s, settled)
 
 
 def _read_all_within(children: list[tuple[int, int]], bound_s: float | None,
-                     grace_s: float | None = None) -> list[bytes | None]:
-    """Everything each forked child writes to its pipe until it ends; None for one still
-    running at ``bound_s``, or ``grace_s`` after another child ended (then it is killed)."""
-    deadline = None if bound_s is None else time.monotonic() + bound_s
+                     grace_s: float | None = None,
+                     settled: Callable[[list[list[dict[str, Any]]]], bool] | None = None
+                     ) -> list[tuple[bytes, str]]:
+    """Everything each forked child writes to its pipe until it ends, and how it ended (see
+    :func:`_in_forks`): one still running at ``bound_s`` is killed (``"late"``), and so is one
+    still running ``grace_s`` after another child ended, or :data:`SETTLED_GRACE_S` after
+    ``settled`` first held of their complete JSON lines so far (cut short)."""
+    now = time.monotonic()
+    deadline = None if bound_s is None else now + bound_s
+    cut_at: float | None = None  # when the children left running are cut short, and why
+    why = ""
     chunks: dict[int, list[bytes]] = {r: [] for r, _ in children}
+    parsed: dict[int, list[dict[str, Any]]] = {r: [] for r, _ in children}
+    pending: dict[int, bytes] = {r: b"" for r, _ in children}
     pids = dict(children)
     reading = set(pids)
-    late: set[int] = set()
+    ended: dict[int, str] = {}
+
+    def cut(at: float, reason: str) -> None:
+        nonlocal cut_at, why
+        if cut_at is None or at < cut_at:
+            cut_at, why = at, reason
+
     try:
         while reading:
-            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            limits = [t for t in (deadline, cut_at) if t is not None]
+            wait = max(min(limits) - time.monotonic(), 0.0) if limits else None
             ready, _, _ = select.select(list(reading), [], [], wait)
             if not ready:
+                late = cut_at is None or (deadline is not None and deadline <= cut_at)
                 for r in reading:
                     os.kill(pids[r], signal.SIGKILL)
-                late |= reading
+                    ended[r] = "late" if late else why
                 break
             for r in ready:
                 chunk = os.read(r, 1 << 16)
                 if chunk:
                     chunks[r].append(chunk)
+                    if settled is not None and b"\n" in chunk:
+                        *complete, pending[r] = (pending[r] + chunk).split(b"\n")
+                        parsed[r] += [json.loads(x) for x in complete if x]
+                        if settled([parsed[c] for c, _ in children]):
+                            settled = None
+                            cut(time.monotonic() + SETTLED_GRACE_S,
+                                f"{SETTLED_GRACE_S:g} s after the run's verdict was settled")
+                    elif settled is not None:
+                        pending[r] += chunk
                 else:
                     reading.discard(r)
+                    ended[r] = "ended"
                     if grace_s is not None and reading:  # the others end within the grace
-                        until = time.monotonic() + grace_s
-                        deadline = until if deadline is None else min(deadline, until)
+                        cut(time.monotonic() + grace_s,
+                            f"{grace_s:g} s after another rank's run ended")
     finally:
         for r, pid in children:
             os.close(r)
             os.waitpid(pid, 0)
-    return [None if r in late else b"".join(chunks[r]) for r, _ in children]
+    return [(b"".join(chunks[r]), ended.get(r, "ended")) for r, _ in children]

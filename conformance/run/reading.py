@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspec.conformance.run.pickles import dangerous_globals, restricted_pickle_module
+from trainspec.conformance.run.profiling import dump_forked
 from trainspec.conformance.spec.printable import strip_escapes
 
 __all__ = ["MISSING", "CheckpointRead", "Loader", "actionable_line", "error_line",
@@ -225,6 +226,7 @@ def _in_fork(read: Callable[[], object], timeout_s: float
         except BaseException:
             code = 1
         finally:
+            dump_forked()
             os._exit(code)
     os.close(w)
     data = _read_all(r, pid, timeout_s)

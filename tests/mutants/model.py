@@ -208,12 +208,16 @@ mutant_of("check_generated_runs_write_nothing_in_debug",
           proves=("DBG-3.1",))(_dbg.DebugWritesCheckpoints)
 # the multi-rank runs (a check of several ranks draws them): slips a single rank never shows
 mutant_of("check_generated_runs_pool_the_score",
-          expect="rank 0 of 2: the fresh 2-rank run's validation 0 (after val.first) pooled the "
-                 "score 0.125; expected 0.25",
+          expect="rank 0 of 3: the fresh 3-rank run's validation 0 (after epoch 0) pooled the "
+                 "score 0.3334",
           proves=("DIST-1.1",))(_dist.MeanOfRankMeans)
 mutant_of("check_generated_runs_stop_and_end_together",
           expect="did not stop the run; expected a stop [multi-rank;",
           proves=("DIST-2.1",))(_dist.StopVerdictOnRankZeroOnly)
+# handed rank-local scores, every rank compares the last rank's: they agree, on another score
+mutant_of("check_generated_runs_agree_on_the_best",
+          expect="own scores give, not rank 0's [multi-rank;",
+          proves=("DIST-3.3",))(_dist.ComparesTheLastRanksScore)
 mutant_of("check_generated_runs_take_one_debug_batch",
           expect="the debug run ended epoch 0 at train_step 2; expected 1",
           proves=("DBG-1.1",))(_dbg.DebugDoesNotTruncate)
