@@ -149,11 +149,8 @@ def _trace(rank: int, forked: ForkedRun) -> RankTrace:
 
 def _described(adapter: Any, root: Path, before: dict[Path, int]) -> list[FileRecord]:
     # the files the run wrote (new or changed) are read the trainer's way, as in the worker
-    files = [p for p in root.rglob("*") if p.is_file()]
-    if not files:  # nothing to describe (checkpoints off, a debug run): no process for it
-        return []
-    wrote = frozenset(os.path.abspath(p) for p in files
-                      if before.get(p) != p.stat().st_mtime_ns)
+    wrote = frozenset(os.path.abspath(p) for p in root.rglob("*")
+                      if p.is_file() and before.get(p) != p.stat().st_mtime_ns)
     described, problem, hung = call_in_fork(lambda: describe_files(adapter, root, wrote))
     if problem is not None or not isinstance(described, list):
         raise Broke("adapter", f"describing the checkpoint files {'was ' if hung else ''}"

@@ -280,9 +280,31 @@ def divergences(want: RunExpect, r: RankTrace, files: Sequence[FileRecord], *,
 # share rank 0's pooled score, improvement, stop, epochs or best weights
 _ON_ANOTHER_RANK = {"DIST-1.1": "DIST-1.2", "BEST-1.1": "DIST-3.1", "NAN-1.1": "DIST-3.1",
                     "PAT-5.1": "DIST-2.1", "LOOP-1.1": "DIST-2.1", "BEST-2.1": "DIST-3.2"}
-# handed rank-local scores, another rank that takes another improvement did
-# not compare rank 0's broadcast score
-_LOCAL_MOVED = {"BEST-1.1": "DIST-3.3", "NAN-1.1": "DIST-3.3"}
+# the departures of an improvement taken or not: handed rank-local scores, one that came from
+# comparing another score than rank 0's broadcast one is DIST-3.3's
+_IMPROVEMENT = frozenset({"BEST-1.1", "NAN-1.1"})
+
+
+def _local_charge(r: RankTrace, d: Divergence, i: int, n: int, want: RunExpect,
+                  others: Callable[[], Sequence[tuple[str, RunExpect]]]) -> Divergence | None:
+    """Handed rank-local scores, rank ``r``'s departure ``d`` at validation ``i`` as DIST-3.3
+    where it compared another score than rank 0's: another rank taking another improvement,
+    or rank 0 whose decisions so far are those ``others()`` expects from another rank's
+    scores; None where it is charged as any departure is."""
+    if d.sentence not in _IMPROVEMENT:
+        return None
+    if r.rank > 0:
+        compared = fmt_scores([x.score for x in want.validations[: i + 1]])
+        return replace(d, sentence="DIST-3.3", evidence=(
+            f"rank {r.rank} of {n}: {d.evidence}; rank 0's own scores, which every rank "
+            f"compares: {compared}"))
+    taken = [(v.improved, v.stop) for v in r.validations[: i + 1]]
+    for what, other in others():
+        if taken == [(x.improved, x.stop) for x in other.validations[: i + 1]]:
+            return replace(d, sentence="DIST-3.3", evidence=(
+                f"rank {r.rank} of {n}: {d.evidence}; its decisions so far are those {what} "
+                "give, not rank 0's"))
+    return None
 
 
 def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequence[FileRecord],
@@ -298,23 +320,21 @@ def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequenc
     0 pooling NaN where some rank counted, or a number where none did, is DIST-1.3's
     (``counted(epoch)``: whether any rank counted a sample in that validation). A rank cut
     short is judged on what it recorded (that it did not end is the caller's to say).
-
-    ``own_score(rank, epoch)``: the scores were handed to the trainer rank-local (unpooled):
-    each rank records its own, and ``want`` decides on rank 0's, which every rank must take
-    (DIST-3.3: another rank taking another improvement broke it; so did rank 0, where its
-    decisions so far are those ``others()`` expects from another score, ``(what, expect)``).
+    ``own_score(rank, epoch)``: scores handed rank-local, each rank records its own and
+    ``want`` decides on rank 0's (:func:`_local_charge`, with ``others``).
     ``decisions_only``: where each rank started and what it decided, nothing after (rank 0
     broke off: what it recorded before, and the other ranks, may show why)."""
     n = len(ranks)
     name = f"fresh {n}-rank"
-    wants = [want] * n
-    if own_score is not None:
-        wants = [replace(want, validations=tuple(replace(v, score=own_score(r, v.epoch))
-                                                 for v in want.validations))
-                 for r in range(n)]
-    moved = _ON_ANOTHER_RANK if own_score is None else {**_ON_ANOTHER_RANK, **_LOCAL_MOVED}
+    wants = [want] * n if own_score is None else [
+        replace(want, validations=tuple(replace(v, score=own_score(r, v.epoch))
+                                        for v in want.validations)) for r in range(n)]
 
     def on(r: RankTrace, d: Divergence, i: int | None = None) -> Divergence:
+        if own_score is not None and i is not None:
+            local = _local_charge(r, d, i, n, want, others)
+            if local is not None:
+                return local
         sentence = d.sentence
         if sentence == "DIST-1.1" and i is not None and r.rank == 0:
             v, x = r.validations[i], want.validations[i]
@@ -323,19 +343,7 @@ def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequenc
                     math.isnan(v.score) and not nothing and not math.isnan(x.score)):
                 sentence = "DIST-1.3"
         if r.rank > 0:
-            sentence = moved.get(sentence, sentence)
-            if own_score is not None and i is not None and sentence == "DIST-3.3":
-                compared = fmt_scores([x.score for x in want.validations[: i + 1]])
-                return replace(d, sentence=sentence, evidence=(
-                    f"rank {r.rank} of {n}: {d.evidence}; rank 0's own scores, which every "
-                    f"rank compares: {compared}"))
-        elif own_score is not None and i is not None and sentence in _LOCAL_MOVED:
-            taken = [(v.improved, v.stop) for v in r.validations[: i + 1]]
-            for what, other in others():
-                if taken == [(x.improved, x.stop) for x in other.validations[: i + 1]]:
-                    return replace(d, sentence="DIST-3.3", evidence=(
-                        f"rank {r.rank} of {n}: {d.evidence}; its decisions so far are those "
-                        f"{what} give, not rank 0's"))
+            sentence = _ON_ANOTHER_RANK.get(sentence, sentence)
         return replace(d, sentence=sentence, evidence=f"rank {r.rank} of {n}: {d.evidence}")
 
     for r in ranks:
@@ -350,13 +358,9 @@ def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequenc
     if decisions_only:
         return []
     done = [r for r in ranks if r.status == "completed"]
-    judges: tuple[Callable[[RankTrace], list[Divergence]], ...] = (
-        lambda r: _validations("fresh", wants[r.rank], r),
-        lambda r: _epochs("fresh", wants[r.rank], r),
-        lambda r: _best("fresh", wants[r.rank], r, None))
-    for judge in judges:
+    for judge in (_validations, _epochs, lambda k, w, r: _best(k, w, r, None)):
         for r in done:
-            found = judge(r)
+            found = judge("fresh", wants[r.rank], r)
             if found:
                 return [on(r, found[0])]
     out = _test("fresh", want, ranks[0]) if ranks[0] in done else []
