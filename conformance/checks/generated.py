@@ -273,16 +273,15 @@ def _judge_ranks(adapter: Any, s: Scenario, cfg: ModelConfig, root: Path
     # from the model before, that departure is the cause, not the error that followed
     broke = first.status not in ("completed", "timeout")
     want = expect_run(cfg, decided_score(s), kind="fresh", steps_per_epoch=_spe(first))
-    if s.task.metric == "local":  # each rank records its own score; all decide on rank 0's
-        out = rank_divergences(
-            want, ranks, files, counted=lambda e: s.scores.pairs(e, 0)[1] > 0,
-            own_score=functools.partial(own_score, s),
-            others=lambda: [(f"rank {k}'s own scores", expect_run(
-                cfg, functools.partial(own_score, s, k), kind="fresh",
-                steps_per_epoch=_spe(first))) for k in range(1, n)], decisions_only=broke)
-    else:
-        out = rank_divergences(want, ranks, files, counted=lambda e: any(
-            s.scores.pairs(e, r)[1] > 0 for r in range(n)), decisions_only=broke)
+    # handed rank-local scores, each rank records its own and all decide on rank 0's alone
+    local = s.task.metric == "local"
+    pooled = range(1) if local else range(n)
+    out = rank_divergences(
+        want, ranks, files, counted=lambda e: any(s.scores.pairs(e, r)[1] > 0 for r in pooled),
+        own_score=functools.partial(own_score, s) if local else None,
+        others=lambda: [(f"rank {k}'s own scores", expect_run(
+            cfg, functools.partial(own_score, s, k), kind="fresh",
+            steps_per_epoch=_spe(first))) for k in range(1, n)], decisions_only=broke)
     if out or broke:
         return out or _broke("fresh", first)
     stuck = [r for r in ranks if r.status != "completed"]

@@ -160,12 +160,11 @@ def _producer(adapter: Any, scenario: Scenario, root: Path,
 
 
 def _forked_run(data: bytes, ended: str) -> ForkedRun:
+    lines = _lines(data)
     if ended != "ended":  # killed: what it recorded before (complete lines only)
-        lines = _lines(data)
         return ForkedRun(records=[from_json(x) for x in lines if "ev" in x],
                          error=f"still running after {RUN_BOUND_S:g} s" if ended == "late"
                          else f"still running {ended}", timed_out=True, cut=ended != "late")
-    lines = _lines(data)
     if not lines or set(lines[-1]) != {"raised", "stopped", "ours", "traceback"}:
         return ForkedRun(records=[from_json(x) for x in lines],
                          error="the run's process died before it ended (a signal, os._exit)")
