@@ -17,13 +17,15 @@ from hypothesis import given, settings
 
 from trainspec.conformance.api import replay_generated
 from trainspec.conformance.checks.base import CheckFailed
-from trainspec.conformance.checks.generated import examples, quotas
+from trainspec.conformance.checks.generated import examples, feasible, quotas
 from trainspec.conformance.checks.generated_examples import (
+    chain_kind,
     decided_score,
     describe_example,
     own_score,
     speaks_for,
 )
+from trainspec.conformance.checks.generated_ranks import ranks_run
 from trainspec.conformance.checks.model_compare import MULTI_RANK, rank_divergences
 from trainspec.conformance.run import memory
 from trainspec.conformance.run.adapter import CAPABILITIES
@@ -81,7 +83,8 @@ def test_the_multi_rank_draw_reaches_every_shape_the_issue_names() -> None:
     seen: dict[str, bool] = {"4 ranks": False, "nothing counted": False,
                              "an empty shard on a rank past 1": False,
                              "a non-finite total on some ranks only": False,
-                             "scores handed rank-local (DIST-3.3)": False}
+                             "scores handed rank-local (DIST-3.3)": False,
+                             "resumed on every rank": False, "finetuned on every rank": False}
 
     @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(examples(kind=MULTI_RANK))
@@ -89,6 +92,8 @@ def test_the_multi_rank_draw_reaches_every_shape_the_issue_names() -> None:
         s = Scenario.from_json(example["scenario"])
         seen["4 ranks"] |= s.world_size == 4
         seen["scores handed rank-local (DIST-3.3)"] |= s.task.metric == "local"
+        for over in ("resumed", "finetuned"):
+            seen[f"{over} on every rank"] |= example.get("chain") == over
         for row in s.scores.epochs:
             counts = [c for _, c in row]
             finite = [math.isfinite(t) for t, _ in row]
@@ -99,6 +104,28 @@ def test_the_multi_rank_draw_reaches_every_shape_the_issue_names() -> None:
 
     look()
     assert all(seen.values()), seen
+
+
+def test_a_multi_rank_chain_resumes_or_finetunes_every_rank_from_a_file_of_its_fresh_run(
+        ) -> None:
+    rows = tuple(((0.25 * e, 1.0), (0.25 * e, 1.0)) for e in range(4))
+    s = Scenario(name="generated", scores=ScoreScript(epochs=rows), world_size=2).with_config(
+        **{"num_epochs": 4, "val.patience": None, "ckpt.enable": True,
+           "ckpt.every_n_epochs": 1})
+    for over, clauses in (("resumed", {"RES-1", "RES-3"}), ("finetuned", {"FT-1"})):
+        example = {"kind": MULTI_RANK, "scenario": s.to_json(), "interrupted_at": None,
+                   "file_index": 1, "chain": over}
+        assert feasible(example)
+        assert clauses <= speaks_for(example)
+        assert {"DIST-1", "DIST-2", "DIST-3"} <= speaks_for(example)
+        assert describe_example(example).startswith(
+            f"multi-rank; 2 ranks; {over}; from a source run run to its end; its resumable "
+            "file #1;")
+    # without the chain key (a replay drawn before chains on several ranks): a fresh run
+    fresh = {"kind": MULTI_RANK, "scenario": s.to_json(), "interrupted_at": None,
+             "file_index": 0}
+    assert chain_kind(fresh) == "fresh"
+    assert not {"RES-1", "RES-3", "FT-1"} & speaks_for(fresh)
 
 
 # ---------------------------------------------------------------- charging a departure
@@ -174,6 +201,53 @@ def test_the_first_departure_in_the_run_is_charged_whichever_rank_shows_it() -> 
     # rank 1 parts at validation 0, rank 0 only at validation 1: rank 1's is the cause
     ranks = [_rank(0, s, scores=[0.25, 2.0, NAN]), _rank(1, s, improved=[False, True, False])]
     assert _charged(s, ranks) == ["DIST-3.1 rank 1 of 2"]
+
+
+def _resumed_rank(rank: int, s: Scenario, *, start: int = 2,
+                  improved: Sequence[bool] | None = None) -> RankTrace:
+    """A completed rank of a run resumed from epoch 1's file, as the model says unless told."""
+    want = _resumed_want(s)
+    took = [v.improved for v in want.validations] if improved is None else improved
+    records: list[Record] = []
+    for e, v, i in zip(range(start, 3), want.validations, took, strict=False):
+        records += [TrainStart(epoch=e, train_step=e, state=TrainerState(weights={})),
+                    TrainEnd(epoch=e, train_step=e + 1, batches=1, optimizer_steps=1,
+                             loader_len=1),
+                    Validation(epoch=e, phase="epoch", score=v.score, improved=i, stop=v.stop,
+                               weights={})]
+    return parse_rank(rank, [*records, Done()], "completed", "", "")
+
+
+def _resumed_want(s: Scenario) -> Any:
+    return expect_run(ModelConfig.from_mapping(s.config), lambda e: s.scores.pooled(e, 2),
+                      kind="resumed", steps_per_epoch=1, resume_from=1, resume_step=2)
+
+
+def test_on_a_resumed_multi_rank_run_a_rank_that_did_not_resume_or_decides_alone_is_charged(
+        ) -> None:
+    # the scores fall after epoch 0's: the resumed run's one validation is no improvement
+    rows = tuple(((1.0 - 0.25 * e, 1.0), (1.0 - 0.25 * e, 1.0)) for e in range(3))
+    s = Scenario(name="ranks", scores=ScoreScript(epochs=rows), world_size=2).with_config(
+        **{"num_epochs": 3, "val.patience": None, "val.minimize": False, "ckpt.enable": False,
+           "test.enable": False})
+    want = _resumed_want(s)
+    assert [(v.epoch, v.improved) for v in want.validations] == [(2, False)]
+
+    def charged(ranks: Sequence[RankTrace]) -> list[str]:
+        found = rank_divergences(want, ranks, [], counted=lambda e: True)
+        return [f"{d.sentence} {d.evidence}" for d in found]
+
+    assert charged([_resumed_rank(0, s), _resumed_rank(1, s)]) == []
+    # rank 1 started where no file ends: it did not resume (RES-1.1, on rank 1)
+    assert charged([_resumed_rank(0, s), _resumed_rank(1, s, start=0)]) == [
+        "RES-1.1 rank 1 of 2: the resumed run started at epoch 0; expected 2"]
+    # rank 1 took an improvement rank 0 did not: the ranks part on the best (DIST-3.1)
+    (found,) = charged([_resumed_rank(0, s), _resumed_rank(1, s, improved=[True])])
+    assert found.startswith("DIST-3.1 rank 1 of 2: the resumed 2-rank run's validation 0 "
+                            "(after epoch 2) was taken as an improvement; expected none")
+    # rank 0 taking it: the resume's own slip (RES-3.3)
+    (found,) = charged([_resumed_rank(0, s, improved=[True]), _resumed_rank(1, s)])
+    assert found.startswith("RES-3.3 rank 0 of 2:")
 
 
 # rank 0's own scores improve twice; rank 1's never after its first: handed rank-local, every
@@ -327,3 +401,30 @@ def test_a_multi_rank_reproducer_replays_its_slip_and_the_reference_matches_it(
         "DIST-1.1: rank 0 of 2: the fresh 2-rank run's validation 0 (after epoch 0) pooled the "
         "score 0.5; expected 0.25 [multi-rank; 2 ranks;")
     replay_generated("reference", example=example)  # no slip: returns
+
+
+def test_ranks_that_wait_on_each_other_past_their_group_timeout_are_cut_once_none_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a trainer that does not honour ddp.timeout_s: its parted ranks would wait out the bound
+    monkeypatch.setattr(memory, "RUN_BOUND_S", 30.0)
+    s = Scenario(name="ranks", world_size=2)
+    began = time.monotonic()
+    runs = run_ranks_in_fork(
+        _Departs(), s, tmp_path, env=lambda r: {},
+        context=lambda root, r: MemoryContext(root, rank=r, world_size=2), stall_s=1.0)
+    assert time.monotonic() - began < 10
+    assert [(r.timed_out, r.cut) for r in runs] == [(True, True), (True, True)]
+    assert [len(r.records) for r in runs] == [0, 1]  # each kept what it recorded
+    assert runs[0].error == "still running with no rank recording anything for 1 s"
+
+
+def test_ranks_that_hang_each_somewhere_else_break_dist_2_2() -> None:
+    s = _script()
+    rank0 = parse_rank(0, [TrainStart(epoch=0, train_step=0, state=TrainerState(weights={}))],
+                       "timeout", "still running with no rank recording anything for 25 s", "")
+    rank1 = parse_rank(1, [], "timeout", "still running with no rank recording anything for "
+                       "25 s", "")
+    (found,) = ranks_run(s, _want(s), [rank0, rank1], [], lambda k: None)
+    assert found.sentence == "DIST-2.2"
+    assert found.evidence.startswith("every rank of 2 hung, each somewhere else: rank 0 in "
+                                     "epoch 0 (training); rank 1 before its first epoch")

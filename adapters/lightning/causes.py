@@ -105,6 +105,14 @@ ROOT_CAUSES: tuple[RootCause, ...] = (
                       "or -inf (min) is an improvement that refills patience",
               source=f"{_ES}._evaluate_stopping_criteria",
               clauses=("NAN-3", "PAT-5")),
+    RootCause(summary="a mean logged with sync_dist=True and a batch_size pools the "
+                      "integer count with the 'mean' op, which on gloo sums then divides in "
+                      "place, truncating: counts that do not sum to a multiple of the world "
+                      "size give a wrong pooled mean (1 and 0 on 2 ranks: inf)",
+              source="lightning/pytorch/trainer/connectors/logger_connector/result.py, "
+                     "_ResultMetric.compute; lightning/fabric/utilities/distributed.py, "
+                     "_sync_ddp",
+              clauses=("DIST-1",)),
     RootCause(summary="a resume into another folder than the checkpoint's forgets the best "
                       "score: the resumed run's first validation is an improvement whatever "
                       "its score",

@@ -44,6 +44,7 @@ SHARDS: tuple[tuple[tuple[float, float], ...], ...] = (
     ((2.0, 2.0), (1.0, 1.0), (0.0, 0.0), (1.0, 1.0)),
 )
 EMPTY: tuple[tuple[float, float], ...] = ((0.0, 0.0),) * 4  # no rank contributes
+_ODD_COUNTS = ((0.25, 1.0), (0.0, 0.0), (0.0, 0.0), (0.75, 3.0))
 
 
 def _script(rows: tuple[tuple[tuple[float, float], ...], ...], n: int) -> ScoreScript:
@@ -87,7 +88,11 @@ def _stop_epoch(r: RankTrace) -> int | None:
 def check_pooled_mean_is_sum_over_counts(ctx: CheckContext) -> str:
     """Every rank sees sum(totals) / sum(counts); NaN only when no rank counted anything."""
     n = ctx.world_size
-    s = dist_scenario("dist-pool", n, (SHARDS[0], EMPTY, SHARDS[2]))
+    # last, counts that do not sum to a multiple of the ranks (1 + 0 on 2 ranks, an empty
+    # shard past rank 0): a count pooled as an integer mean truncates there
+    # (no early stop: every row is validated)
+    s = dist_scenario("dist-pool", n, (SHARDS[0], EMPTY, SHARDS[2], _ODD_COUNTS),
+                      cfg={"val.patience": None})
     trace = ctx.completed(s)
     for r in trace.ranks:
         for v in r.validations:

@@ -1,9 +1,10 @@
 """Generated runs of every kind, judged against the model of the spec next to the trainer.
 
 Hypothesis draws a run kind (fresh; resumed from any file a source run left, interrupted at
-any point or run to its final epoch or its early stop; finetuned; debug; a fresh run on 2 to
-4 ranks), the config keys the spec names, and a score script with ties, non-finite values,
-gains below 0.01 and values closer than float32 can tell apart (on several ranks, a
+any point or run to its final epoch or its early stop; finetuned; debug; on 2 to 4 ranks, a
+fresh run, or one run to its end then resumed or finetuned on every rank), the config keys
+the spec names, and a score script with ties, non-finite values, gains below 0.01 and values
+closer than float32 can tell apart (on several ranks, a
 ``(total, count)`` per rank: a NaN or an empty shard on any rank, uneven counts). Each
 example runs the chain in this process (a forked worker child, as a property does; on
 several ranks, one forked process a rank), interrupting the source run by an exception at
@@ -17,22 +18,21 @@ The passes that draw, judge and shrink these chains within a budget of trainer r
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
 
-from trainspec.conformance.checks.chains import resume_cause, trainer_frame, with_load
-from trainspec.conformance.checks.generated_examples import decided_score, own_score
-from trainspec.conformance.checks.generated_runs import run, run_ranks
+from trainspec.conformance.checks.chains import with_load
+from trainspec.conformance.checks.generated_examples import chain_kind, decided_score, from_file
+from trainspec.conformance.checks.generated_ranks import epoch_steps, judge_ranks, run_broke
+from trainspec.conformance.checks.generated_runs import run
 from trainspec.conformance.checks.model_compare import (
     MULTI_RANK,
     Divergence,
     divergences,
     file_divergences,
-    rank_divergences,
     schedule_divergences,
 )
 from trainspec.conformance.run.adapter import CAPABILITIES
@@ -47,7 +47,8 @@ from trainspec.conformance.spec.model import (
     expect_run,
 )
 
-__all__ = ["DRAW_SEED", "SET_ASIDE_SENTENCES", "examples", "feasible", "judge_example", "quotas"]
+__all__ = ["DRAW_SEED", "SET_ASIDE_SENTENCES", "examples", "feasible", "judge_example",
+           "quotas"]
 
 _POINTS: tuple[Interruption, ...] = ("train_start", "train_end", "val_start", "val_after_save")
 _MORE_FILES = 3  # a resume is judged from the drawn file and up to this many others
@@ -124,7 +125,7 @@ def quotas(caps: frozenset[str], chains: int, *, multi_rank: bool = False
     """How many of ``chains`` each kind of chain the target can make gets, by its share (a
     draw of its own per kind: a kind hypothesis would draw rarely still gets its chains);
     with ``multi_rank`` (a check of several ranks, a target that runs on several), a fifth
-    of that again in fresh runs on 2 to 4 ranks, drawn last."""
+    of that again in multi-rank chains on 2 to 4 ranks, drawn last."""
     kinds = [(kind, share) for kind, share, needs in _KINDS if needs <= caps]
     total = sum(share for _, share in kinds)
     out = {kind: chains * share // total for kind, share in kinds}
@@ -139,11 +140,13 @@ def examples(draw: st.DrawFn, *, kind: str, caps: frozenset[str] = CAPABILITIES
              ) -> dict[str, Any]:
     """One generated chain of ``kind``: the fresh scenario, where the source is interrupted and
     which of its files the second run starts from (as JSON, the form a replay takes)."""
-    chained = kind in ("resumed", "finetuned")
     ranks = kind == MULTI_RANK
+    # on several ranks, a third of the chains resume or finetune from the run's own files
+    over = draw(st.sampled_from(["fresh", "fresh", *_chains(caps)])) if ranks else kind
+    chained = over in ("resumed", "finetuned")
     # a chain needs epochs before and after its file; a fresh run may train none
     low = 3 if chained else 0 if "eval_only" in caps else 1
-    n = draw(st.integers(low, 6 if chained else 4 if ranks else 5))
+    n = draw(st.integers(low, 4 if ranks else 6 if chained else 5))
     minimize = draw(st.booleans())
     if ranks:
         world = draw(st.integers(2, 4))
@@ -182,32 +185,22 @@ def examples(draw: st.DrawFn, *, kind: str, caps: frozenset[str] = CAPABILITIES
         # a third hand the trainer rank-local scores (unpooled): all decide on rank 0's
         s = s.replace(task=dataclasses.replace(s.task, metric="local"))
     at = None
-    if chained and draw(st.booleans()):
+    if chained and not ranks and draw(st.booleans()):
         at = [draw(st.sampled_from(_POINTS)), draw(st.integers(1, max(1, n - 1)))]
-    return {"kind": kind, "scenario": s.to_json(), "interrupted_at": at,
-            "file_index": draw(st.integers(0, 3)) if chained else 0}
+    example = {"kind": kind, "scenario": s.to_json(), "interrupted_at": at,
+               "file_index": draw(st.integers(0, 3)) if chained else 0}
+    if ranks and chained:
+        example["chain"] = over  # the source runs to its end on every rank, then this
+    return example
+
+
+def _chains(caps: frozenset[str]) -> list[str]:
+    """The kinds of chain from a file that a target can make (on one rank or several)."""
+    return [kind for kind, _, needs in _KINDS
+            if kind in ("resumed", "finetuned") and needs <= caps]
 
 
 # ------------------------------------------------------------------------------ running
-
-
-def _spe(r: RankTrace) -> int:
-    """Optimizer steps an epoch takes, as the run's first epoch shows."""
-    steps = next((e.optimizer_steps for e in r.train_epochs if e.optimizer_steps), None)
-    return steps or 1
-
-
-def _broke(kind: str, r: RankTrace, start: str | None = None) -> list[Divergence]:
-    """A run that did not complete; ``start``: the path of the file it started from (the
-    trainer's resume raising is the cause the hand-written resume checks give it)."""
-    if r.status in ("completed", "killed"):
-        return []
-    sentence = {"resumed": "RES-1.1", "finetuned": "FT-1.1"}.get(kind, "LOOP-1.1")
-    cause = f"the run {r.status}: {r.error}"
-    if start is not None and r.status == "raised" and not r.is_ours:
-        cause = resume_cause(r.error, r.detail, start)
-    return [Divergence(sentence=sentence, evidence=f"the {kind} run {r.status}: {r.error}; "
-                       "expected it to complete", cause=cause, crashed=True)]
 
 
 def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[Divergence]:
@@ -220,19 +213,20 @@ def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[
         return base.scores.pooled(epoch, 1)
 
     if kind == MULTI_RANK:
-        return _judge_ranks(adapter, base, cfg, scratch / "run")
+        return judge_ranks(adapter, example, base, cfg, scratch)
     if kind in ("fresh", "debug"):
         s = base.with_config(debug=True) if kind == "debug" else base
         r, files = run(adapter, s, scratch / "run")
         if r.status != "completed":
-            return _broke(kind, r)
-        return divergences(expect_run(cfg, score, kind=kind, steps_per_epoch=_spe(r)), r, files)
+            return run_broke(kind, r)
+        want = expect_run(cfg, score, kind=kind, steps_per_epoch=epoch_steps(r))
+        return divergences(want, r, files)
     at = example["interrupted_at"]
     point = None if at is None else (at[0], int(at[1]))
     src, src_files = run(adapter, base, scratch / "source", point)
-    chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=_spe(src),
+    chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=epoch_steps(src),
                          interrupted_at=point, file_index=int(example["file_index"]))
-    out = _broke("fresh", src)
+    out = run_broke("fresh", src)
     if out:
         return out
     if src.status == "completed":  # not interrupted: judged as a whole fresh run
@@ -250,48 +244,11 @@ def judge_example(adapter: Any, example: dict[str, Any], scratch: Path) -> list[
     order = [first] + ([i for i in range(len(chain.resumable)) if i != first][:_MORE_FILES]
                        if kind == "resumed" else [])
     for i in order:
-        at_file = expect_chain(cfg, score, kind=kind, steps_per_epoch=_spe(src),
+        at_file = expect_chain(cfg, score, kind=kind, steps_per_epoch=epoch_steps(src),
                                interrupted_at=point, file_index=i)
         out = _second(adapter, kind, base, at_file, src, src_files, scratch / f"second-{i}")
         if out:
             return out
-    return []
-
-
-def _judge_ranks(adapter: Any, s: Scenario, cfg: ModelConfig, root: Path
-                 ) -> list[Divergence]:
-    """A fresh run on several ranks against the model, pooled over the ranks: rank 0 as a
-    fresh run is judged (its files included), each other rank on what it shares with rank 0
-    (the pooled score, DIST-1; its decisions and epochs, DIST-2 and DIST-3; its best weights);
-    and the run must end on every rank (DIST-2.2)."""
-    n = s.world_size
-    decided = [(v.improved, v.stop) for v in expect_run(
-        cfg, decided_score(s), kind="fresh", steps_per_epoch=1).validations]
-    ranks, files = run_ranks(adapter, s, root, decided)
-    first = ranks[0]
-    # rank 0 broke off (a collective failed once the ranks parted): where a rank departed
-    # from the model before, that departure is the cause, not the error that followed
-    broke = first.status not in ("completed", "timeout")
-    want = expect_run(cfg, decided_score(s), kind="fresh", steps_per_epoch=_spe(first))
-    # handed rank-local scores, each rank records its own and all decide on rank 0's alone
-    local = s.task.metric == "local"
-    pooled = range(1) if local else range(n)
-    out = rank_divergences(
-        want, ranks, files, counted=lambda e: any(s.scores.pairs(e, r)[1] > 0 for r in pooled),
-        own_score=functools.partial(own_score, s) if local else None,
-        others=lambda: [(f"rank {k}'s own scores", expect_run(
-            cfg, functools.partial(own_score, s, k), kind="fresh",
-            steps_per_epoch=_spe(first))) for k in range(1, n)], decisions_only=broke)
-    if out or broke:
-        return out or _broke("fresh", first)
-    stuck = [r for r in ranks if r.status != "completed"]
-    if stuck:
-        r = stuck[0]
-        return [Divergence(sentence="DIST-2.2", crashed=True,
-                           cause=f"a rank's run {r.status} after rank 0's ended",
-                           evidence=f"rank {r.rank} of {n} {r.status}: {r.error}"
-                           f"{trainer_frame(r.detail)}; expected the run to end on every "
-                           "rank")]
     return []
 
 
@@ -308,18 +265,19 @@ def _second(adapter: Any, kind: str, base: Scenario, chain: Chain, src: RankTrac
                        resume=kind == "resumed", name=f"generated-{kind}")
     r, files = run(adapter, second, scratch)
     if r.status != "completed":
-        return _broke(kind, r, str(second.get("ckpt.load_from")))
+        return run_broke(kind, r, str(second.get("ckpt.load_from")))
     return divergences(chain.run, r, files, source=src)
 
 
 def feasible(example: dict[str, Any]) -> bool:
     """Whether the chain has a file to start from (the model says, before any run)."""
-    if example["kind"] not in ("resumed", "finetuned"):
+    kind = from_file(chain_kind(example))
+    if kind is None:
         return True
     base = Scenario.from_json(example["scenario"])
     at = example["interrupted_at"]
     chain = expect_chain(ModelConfig.from_mapping(base.config),
-                         lambda e: base.scores.pooled(e, 1), kind=example["kind"],
+                         decided_score(base), kind=kind,
                          steps_per_epoch=1, file_index=int(example["file_index"]),
                          interrupted_at=None if at is None else (at[0], int(at[1])))
     return chain.run is not None

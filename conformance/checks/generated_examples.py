@@ -11,13 +11,14 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from trainspec.conformance.checks.model_compare import MULTI_RANK
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.spec.model import ModelConfig, RunExpect, expect_chain, expect_run
 
-__all__ = ["decided_score", "describe_example", "own_score", "speaks_for"]
+__all__ = ["chain_kind", "decided_score", "describe_example", "from_file", "own_score",
+           "speaks_for"]
 
 
 # clause -> what a run the model expects must hold for the clause to have something to judge
@@ -48,6 +49,19 @@ def _holds(want: RunExpect, need: str) -> bool:
     return True
 
 
+def from_file(kind: str) -> Literal["resumed", "finetuned"] | None:
+    """The kind of a run from a file, where ``kind`` is one."""
+    return "resumed" if kind == "resumed" else "finetuned" if kind == "finetuned" else None
+
+
+def chain_kind(example: dict[str, Any]) -> str:
+    """What the chain does after its source: ``fresh`` (no second run), ``debug``,
+    ``resumed`` or ``finetuned``; a multi-rank chain says under ``chain`` (fresh where it
+    does not say: the examples drawn before multi-rank chains resumed)."""
+    kind = str(example["kind"])
+    return str(example.get("chain", "fresh")) if kind == MULTI_RANK else kind
+
+
 def own_score(s: Scenario, rank: int, epoch: int | None) -> float:
     """One rank's own score of a validation: its total over its count (NaN: none counted)."""
     total, count = s.scores.pairs(epoch, rank)
@@ -73,12 +87,13 @@ def speaks_for(example: dict[str, Any]) -> set[str]:
     score = decided_score(base)
     # handed rank-local scores, the trainer pools nothing: DIST-1 has nothing to judge
     unpooled = {"DIST-1"} if base.task.metric == "local" else set()
+    over = from_file(chain_kind(example))
     wants: list[RunExpect] = []
-    if kind in ("fresh", "debug", MULTI_RANK):
-        wants.append(expect_run(cfg, score, kind="fresh" if kind == MULTI_RANK else kind))
+    if over is None:
+        wants.append(expect_run(cfg, score, kind="debug" if kind == "debug" else "fresh"))
     else:
         at = example["interrupted_at"]
-        chain = expect_chain(cfg, score, kind=kind, steps_per_epoch=1,
+        chain = expect_chain(cfg, score, kind=over, steps_per_epoch=1,
                              file_index=int(example["file_index"]),
                              interrupted_at=None if at is None else (at[0], int(at[1])))
         if at is None:
@@ -95,7 +110,10 @@ def describe_example(example: dict[str, Any]) -> str:
     """The generated chain in one phrase: kind, interruption, file, config, scores."""
     s = Scenario.from_json(example["scenario"])
     parts = [example["kind"]]
-    if example["kind"] in ("resumed", "finetuned"):
+    over = chain_kind(example)
+    if over in ("resumed", "finetuned"):
+        if over != example["kind"]:
+            parts.append(over)
         at = example["interrupted_at"]
         parts.append("from a source run " + ("run to its end" if at is None
                                              else f"interrupted at {at[0]} of epoch {at[1]}"))

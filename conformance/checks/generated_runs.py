@@ -14,6 +14,7 @@ from typing import Any
 from trainspec.conformance.run.describe import describe_files
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.memory import (
+    STALLED,
     ForkedRun,
     MemoryContext,
     call_in_fork,
@@ -23,9 +24,9 @@ from trainspec.conformance.run.memory import (
 from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 from trainspec.conformance.run.trace import RankTrace, parse_rank
-from trainspec.conformance.run.world import agent_store
+from trainspec.conformance.run.world import agent_store, grace_s
 
-__all__ = ["RUNS", "Broke", "Interrupted", "run", "run_ranks"]
+__all__ = ["RUNS", "Broke", "Interrupted", "run", "run_ranks", "stalled"]
 
 # once a rank's run has ended, the others end within this or are cut short (a rank left in a
 # collective after another left the loop waits for nothing: DIST-2.2 judges it)
@@ -105,10 +106,17 @@ def run_ranks(adapter: Any, s: Scenario, root: Path,
                                                "LOCAL_WORLD_SIZE": str(n)},
             context=lambda r, rank: MemoryContext(r, rank=rank, world_size=n),
             grace_s=_RANKS_GRACE_S,
-            settled=None if decisions is None else functools.partial(_departed, decisions))
+            settled=None if decisions is None else functools.partial(_departed, decisions),
+            shown=None if decisions is None else functools.partial(_shown, decisions),
+            # ranks that parted and wait on each other in collectives whose bound the
+            # trainer does not honour: cut short once none has recorded anything for a while,
+            # as the harness's worlds do
+            stall_s=grace_s(s))
     finally:
         del store
-    if all(f.timed_out and not f.cut for f in forked):
+    if all(f.timed_out and not f.cut for f in forked) or (
+            all(stalled(f.error) for f in forked) and len({len(f.records) for f in forked}) == 1):
+        # every rank hung, each as far as the others: the trainer's hang, not the ranks'
         raise Broke("timeout", f"a generated run ({s.name}, {n} ranks) {forked[0].error}")
     return [_trace(rank, f) for rank, f in enumerate(forked)], _described(adapter, root, before)
 
@@ -121,6 +129,26 @@ def _departed(decisions: Sequence[tuple[bool, bool]],
         if len(taken) > len(decisions) or taken != list(decisions[: len(taken)]):
             return True
     return False
+
+
+def stalled(error: str | None) -> bool:
+    """Whether a rank was cut short because no rank had recorded anything for a while."""
+    return error is not None and STALLED in error
+
+
+def _shown(decisions: Sequence[tuple[bool, bool]], records: list[list[dict[str, Any]]],
+           running: list[bool]) -> bool:
+    """Whether every rank still running has recorded the validation where the first rank
+    departed from the model. The run is judged on what each rank decided there (the first
+    departure is the one charged): whatever any rank does after it cannot change the verdict,
+    and ranks that parted only wait on each other in collectives."""
+    taken = [[(x.get("improved"), x.get("stop")) for x in rank if x.get("ev") == "val"]
+             for rank in records]
+    parted = [next((i for i, d in enumerate(t) if i >= len(decisions) or d != decisions[i]),
+                   None) for t in taken]
+    first = min((i for i in parted if i is not None), default=None)
+    return first is not None and all(
+        len(t) > first for t, alive in zip(taken, running, strict=True) if alive)
 
 
 def _begin(root: Path) -> dict[Path, int]:

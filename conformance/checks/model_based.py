@@ -92,17 +92,20 @@ _OWN = ("fresh", "finetuned", "debug", "multi-rank")
 # an interrupted source's files too; a multi-rank run's, which rank 0 writes
 _FILES = ("fresh", "interrupted", "resumed", "finetuned", "multi-rank")
 _RANKS = ("multi-rank",)
+# a multi-rank chain resumes or finetunes on every rank from a file its fresh run left
+_RESUMED = ("resumed", "multi-rank")
+_FINETUNED = ("finetuned", "multi-rank")
 # sentence -> the kinds of generated run it is judged on (the attribution of model_compare)
 JUDGED_ON: dict[str, tuple[str, ...]] = {
     "LOOP-1.1": _OWN, "LOOP-1.2": ("fresh", "debug", "multi-rank"),
-    "LOOP-2.1": _ALL, "LOOP-2.2": _ALL, "LOOP-2.3": _OWN, "LOOP-2.6": ("resumed",),
+    "LOOP-2.1": _ALL, "LOOP-2.2": _ALL, "LOOP-2.3": _OWN, "LOOP-2.6": _RESUMED,
     "LOOP-4.1": _ALL, "LOOP-4.2": _ALL, "LOOP-4.4": _ALL,
     "BEST-1.1": _OWN, "BEST-2.1": _OWN,
     "BEST-3.1": _FILES, "BEST-3.2": _FILES, "BEST-3.4": _FILES, "BEST-3.6": _FILES,
     "BEST-4.1": _ALL, "BEST-4.2": _ALL, "NAN-1.1": _OWN, "PAT-5.1": _OWN,
-    "RES-1.1": ("resumed",), "RES-1.2": ("resumed",), "RES-1.3": ("resumed",),
-    "RES-3.1": ("resumed",), "RES-3.3": ("resumed",),
-    "FT-1.1": ("finetuned",), "FT-1.2": ("finetuned",),
+    "RES-1.1": _RESUMED, "RES-1.2": _RESUMED, "RES-1.3": _RESUMED,
+    "RES-3.1": _RESUMED, "RES-3.3": _RESUMED,
+    "FT-1.1": _FINETUNED, "FT-1.2": _FINETUNED,
     "DBG-1.1": ("debug",), "DBG-2.1": ("debug",), "DBG-2.2": ("debug",),
     "DBG-3.1": ("debug",),
     "CKPT-1.1": _FILES, "CKPT-1.2": _FILES, "CKPT-1.3": _FILES, "CKPT-1.5": _FILES,

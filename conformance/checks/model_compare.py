@@ -28,7 +28,7 @@ __all__ = ["MULTI_RANK", "Divergence", "divergences", "file_divergences", "rank_
            "schedule_divergences"]
 
 
-MULTI_RANK = "multi-rank"  # the kind of a generated fresh run on several ranks
+MULTI_RANK = "multi-rank"  # the kind of a generated chain on several ranks
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +37,7 @@ class Divergence:
     evidence: str  # one line: observed vs expected
     cause: str = ""  # the words a hand-written check would group the same fault under
     crashed: bool = False  # the run raised instead of completing
+    decided: str = ""  # "improved" or "stop": the decision of a validation that departed
 
     @property
     def clause(self) -> str:
@@ -115,12 +116,13 @@ def _schedule_or_decisions(kind: RunKind, name: str, want: RunExpect, r: RankTra
         if v.improved != d.improved:
             so_far = fmt_scores([x.score for x in expected[: i + 1]])
             return [Divergence(sentence=_decision_sentence(kind, "improved", d),
-                               evidence=f"{where} was {'taken' if v.improved else 'not taken'} "
-                               f"as an improvement; expected "
+                               decided="improved", evidence=f"{where} was "
+                               f"{'taken' if v.improved else 'not taken'} as an improvement; "
+                               f"expected "
                                f"{'an improvement' if d.improved else 'none'} (scores "
                                f"{so_far})")]
         if v.stop != d.stop:
-            return [Divergence(sentence=_decision_sentence(kind, "stop", d),
+            return [Divergence(sentence=_decision_sentence(kind, "stop", d), decided="stop",
                                evidence=f"{where} {'stopped' if v.stop else 'did not stop'} "
                                f"the run; expected {'a stop' if d.stop else 'no stop'}")]
     if judged is not None or len(seen) == len(expected):
@@ -277,12 +279,12 @@ def divergences(want: RunExpect, r: RankTrace, files: Sequence[FileRecord], *,
 
 
 # what a rank other than 0 breaks when it departs where rank 0 follows the model: it does not
-# share rank 0's pooled score, improvement, stop, epochs or best weights
-_ON_ANOTHER_RANK = {"DIST-1.1": "DIST-1.2", "BEST-1.1": "DIST-3.1", "NAN-1.1": "DIST-3.1",
-                    "PAT-5.1": "DIST-2.1", "LOOP-1.1": "DIST-2.1", "BEST-2.1": "DIST-3.2"}
-# the departures of an improvement taken or not: handed rank-local scores, one that came from
-# comparing another score than rank 0's broadcast one is DIST-3.3's
-_IMPROVEMENT = frozenset({"BEST-1.1", "NAN-1.1"})
+# share rank 0's pooled score, improvement (DIST-3.1) or stop (DIST-2.1), epochs or best
+# weights; where it does not start where the file ends, it did not resume (RES-1.1 stays)
+_ON_ANOTHER_RANK = {"DIST-1.1": "DIST-1.2", "PAT-5.1": "DIST-2.1", "RES-3.3": "DIST-2.1",
+                    "LOOP-1.1": "DIST-2.1", "RES-1.3": "DIST-2.1", "BEST-2.1": "DIST-3.2",
+                    "RES-3.1": "DIST-3.2"}
+_DECIDED_ON_ANOTHER_RANK = {"improved": "DIST-3.1", "stop": "DIST-2.1"}
 
 
 def _local_charge(r: RankTrace, d: Divergence, i: int, n: int, want: RunExpect,
@@ -291,7 +293,7 @@ def _local_charge(r: RankTrace, d: Divergence, i: int, n: int, want: RunExpect,
     where it compared another score than rank 0's: another rank taking another improvement,
     or rank 0 whose decisions so far are those ``others()`` expects from another rank's
     scores; None where it is charged as any departure is."""
-    if d.sentence not in _IMPROVEMENT:
+    if d.decided != "improved":  # handed rank-local scores, compared against rank 0's?
         return None
     if r.rank > 0:
         compared = fmt_scores([x.score for x in want.validations[: i + 1]])
@@ -307,14 +309,35 @@ def _local_charge(r: RankTrace, d: Divergence, i: int, n: int, want: RunExpect,
     return None
 
 
+def _on_rank(r: RankTrace, d: Divergence, i: int | None, n: int, want: RunExpect,
+             counted: Callable[[int | None], bool]) -> Divergence:
+    """Rank ``r``'s departure ``d`` (at validation ``i``, where one) charged in a run of ``n``
+    ranks: NaN pooled where some rank counted, or a number where none did, is DIST-1.3's;
+    another rank's, where rank 0 follows the model, the DIST sentence of what it does not
+    share with rank 0."""
+    sentence = d.sentence
+    if sentence == "DIST-1.1" and i is not None and r.rank == 0:
+        v, x = r.validations[i], want.validations[i]
+        nothing = not counted(None if v.phase == "first" else v.epoch)
+        if (nothing and not math.isnan(v.score)) or (
+                math.isnan(v.score) and not nothing and not math.isnan(x.score)):
+            sentence = "DIST-1.3"
+    if r.rank > 0:
+        sentence = _DECIDED_ON_ANOTHER_RANK.get(d.decided) or _ON_ANOTHER_RANK.get(
+            sentence, sentence)
+    return replace(d, sentence=sentence, evidence=f"rank {r.rank} of {n}: {d.evidence}")
+
+
 def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequence[FileRecord],
                      *, counted: Callable[[int | None], bool],
                      own_score: Callable[[int, int | None], float] | None = None,
                      others: Callable[[], Sequence[tuple[str, RunExpect]]] = lambda: (),
-                     decisions_only: bool = False) -> list[Divergence]:
-    """Every rank of a fresh multi-rank run against the model (``want``, its scores pooled
-    over the ranks), validation by validation across the ranks, so that the first departure
-    in the run is the one charged: rank 0's as a fresh run's (its files too), another rank's,
+                     decisions_only: bool = False,
+                     source: RankTrace | None = None) -> list[Divergence]:
+    """Every rank of a multi-rank run (fresh, or resumed or finetuned from a file of
+    ``source``, rank 0 of the run before) against the model (``want``, its scores pooled over
+    the ranks), validation by validation across the ranks, so that the first departure in the
+    run is the one charged: rank 0's as a run of its kind's (its files too), another rank's,
     where rank 0 follows the model, as the DIST sentence it breaks (it pooled another score,
     took another improvement or stop, trained other epochs, holds other best weights). Rank
     0 pooling NaN where some rank counted, or a number where none did, is DIST-1.3's
@@ -325,43 +348,33 @@ def rank_divergences(want: RunExpect, ranks: Sequence[RankTrace], files: Sequenc
     ``decisions_only``: where each rank started and what it decided, nothing after (rank 0
     broke off: what it recorded before, and the other ranks, may show why)."""
     n = len(ranks)
-    name = f"fresh {n}-rank"
+    kind = want.kind
+    name = f"{kind} {n}-rank"
     wants = [want] * n if own_score is None else [
         replace(want, validations=tuple(replace(v, score=own_score(r, v.epoch))
                                         for v in want.validations)) for r in range(n)]
 
     def on(r: RankTrace, d: Divergence, i: int | None = None) -> Divergence:
-        if own_score is not None and i is not None:
-            local = _local_charge(r, d, i, n, want, others)
-            if local is not None:
-                return local
-        sentence = d.sentence
-        if sentence == "DIST-1.1" and i is not None and r.rank == 0:
-            v, x = r.validations[i], want.validations[i]
-            nothing = not counted(None if v.phase == "first" else v.epoch)
-            if (nothing and not math.isnan(v.score)) or (
-                    math.isnan(v.score) and not nothing and not math.isnan(x.score)):
-                sentence = "DIST-1.3"
-        if r.rank > 0:
-            sentence = _ON_ANOTHER_RANK.get(sentence, sentence)
-        return replace(d, sentence=sentence, evidence=f"rank {r.rank} of {n}: {d.evidence}")
+        local = None if own_score is None or i is None else _local_charge(
+            r, d, i, n, want, others)
+        return local or _on_rank(r, d, i, n, want, counted)
 
     for r in ranks:
-        found = _start("fresh", wants[r.rank], r)
+        found = _start(kind, wants[r.rank], r)
         if found:
             return [on(r, found[0])]
     for i in range(1, len(want.validations) + 1):
         for r in ranks:
-            found = _schedule_or_decisions("fresh", name, wants[r.rank], r, judged=i)
+            found = _schedule_or_decisions(kind, name, wants[r.rank], r, judged=i)
             if found:
                 return [on(r, found[0], i - 1)]
     if decisions_only:
         return []
     done = [r for r in ranks if r.status == "completed"]
-    for judge in (_validations, _epochs, lambda k, w, r: _best(k, w, r, None)):
+    for judge in (_validations, _epochs, lambda k, w, r: _best(k, w, r, source)):
         for r in done:
-            found = judge("fresh", wants[r.rank], r)
+            found = judge(kind, wants[r.rank], r)
             if found:
                 return [on(r, found[0])]
-    out = _test("fresh", want, ranks[0]) if ranks[0] in done else []
+    out = _test(kind, want, ranks[0]) if ranks[0] in done else []
     return out + file_divergences(name, want, files)

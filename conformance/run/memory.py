@@ -97,14 +97,19 @@ def run_in_fork(adapter: Any, scenario: Scenario, root: Path, *,
 
 # a settled run's ranks still running this long after it settled are cut short
 SETTLED_GRACE_S = 1.0
+# how a rank cut short because no rank recorded anything for a while reads: ``still running
+# {STALLED} 20 s``
+STALLED = "with no rank recording anything for"
 
 
 def run_ranks_in_fork(adapter: Any, scenario: Scenario, root: Path,
                       env: Callable[[int], dict[str, str]],
                       context: Callable[[Path, int], MemoryContext],
                       grace_s: float | None = None,
-                      settled: Callable[[list[list[dict[str, Any]]]], bool] | None = None
-                      ) -> list[ForkedRun]:
+                      settled: Callable[[list[list[dict[str, Any]]]], bool] | None = None,
+                      stall_s: float | None = None,
+                      shown: Callable[[list[list[dict[str, Any]]], list[bool]], bool] | None
+                      = None) -> list[ForkedRun]:
     """Every rank of ``scenario``'s world (``scenario.world_size`` of them) run at once, each in
     a process forked for it with ``env(rank)`` added to its environment (the launcher's
     ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), each recording in memory, all
@@ -112,11 +117,15 @@ def run_ranks_in_fork(adapter: Any, scenario: Scenario, root: Path,
     records come back as it makes them. Bounded as a single run is: a rank still running at
     :data:`RUN_BOUND_S` is killed (``timed_out``); one still running ``grace_s`` after another
     rank's run ended, or :data:`SETTLED_GRACE_S` after ``settled(records)`` (each rank's
-    records so far, as JSON) first held, is cut short (``timed_out`` and ``cut``). A killed
-    rank keeps what it recorded."""
+    records so far, as JSON) first held (at once where ``shown(records, running)`` then
+    holds), is cut short (``timed_out`` and ``cut``), and so is
+    every rank once none has recorded anything for ``stall_s`` (ranks that wait on each other
+    in a collective whose timeout the trainer does not honour). A killed rank keeps what it
+    recorded."""
     produces = [_producer(adapter, scenario, root, functools.partial(context, root, rank), None,
                           env(rank)) for rank in range(scenario.world_size)]
-    return [_forked_run(data, ended) for data, ended in _in_forks(produces, grace_s, settled)]
+    return [_forked_run(data, ended)
+            for data, ended in _in_forks(produces, grace_s, settled, stall_s, shown)]
 
 
 def _producer(adapter: Any, scenario: Scenario, root: Path,
@@ -214,14 +223,17 @@ def _send(data: bytes) -> None:
 
 
 def _in_forks(produces: list[Callable[[], bytes]], grace_s: float | None = None,
-              settled: Callable[[list[list[dict[str, Any]]]], bool] | None = None
+              settled: Callable[[list[list[dict[str, Any]]]], bool] | None = None,
+              stall_s: float | None = None,
+              shown: Callable[[list[list[dict[str, Any]]], list[bool]], bool] | None = None
               ) -> list[tuple[bytes, str]]:
     """What each ``produce()`` sends and returns, each made in a process forked for it (all
     at once) that ends with the process that forked it (a worker's child killed mid-run
     leaves no run behind it: the hook the worker child serving a property set in
     DIE_WITH_PARENT), and how it ended: ``"ended"``; ``"late"``, still running at
     :data:`RUN_BOUND_S`; or cut short, in words (``grace_s`` after another ended, or once the
-    children's JSON lines ``settled``): each killed one keeps what it sent before. A child
+    children's JSON lines ``settled``, or ``stall_s`` after any child last sent anything):
+    each killed one keeps what it sent before. A child
     that died returns what it wrote before."""
     children: list[tuple[int, int]] = []  # (read end, pid)
     try:
@@ -247,63 +259,99 @@ def _in_forks(produces: list[Callable[[], bytes]], grace_s: float | None = None,
             os.close(r)
             os.waitpid(pid, 0)
         raise
-    return _read_all_within(children, RUN_BOUND_S, grace_s, settled)
+    return _read_all_within(children, RUN_BOUND_S, _Cuts(grace_s, settled, stall_s, shown))
+
+
+Lines = list[list[dict[str, Any]]]  # each child's JSON lines so far
+
+
+@dataclass(slots=True)
+class _Cuts:
+    """When the forked children still running are cut short, and why (see :func:`_in_forks`):
+    ``grace_s`` after another ended, :data:`SETTLED_GRACE_S` after ``settled(lines)`` first
+    held (at once where ``shown(lines, running)`` then holds: every child still running has
+    shown what the cut waits for), or ``stall_s`` after any child last sent anything."""
+
+    grace_s: float | None = None
+    settled: Callable[[Lines], bool] | None = None
+    stall_s: float | None = None
+    shown: Callable[[Lines, list[bool]], bool] | None = None
+    at: float | None = None
+    why: str = ""
+    stall_at: float | None = None
+    is_settled: bool = False
+
+    def cut(self, at: float, reason: str) -> None:
+        if self.at is None or at < self.at:
+            self.at, self.why = at, reason
+
+    def heard(self, lines: Lines | None) -> None:
+        """A child sent something; ``lines``: every child's lines, where one was completed."""
+        now = time.monotonic()
+        if self.stall_s is not None:
+            self.stall_at = now + self.stall_s
+        if lines is not None and not self.is_settled and self.settled is not None \
+                and self.settled(lines):
+            self.is_settled = True
+            self.cut(now + SETTLED_GRACE_S,
+                     f"{SETTLED_GRACE_S:g} s after the run's verdict was settled")
+
+    def one_ended(self, others_running: bool) -> None:
+        if self.grace_s is not None and others_running:  # the others end within the grace
+            self.cut(time.monotonic() + self.grace_s,
+                     f"{self.grace_s:g} s after another rank's run ended")
+
+    def look(self, lines: Lines, running: list[bool]) -> None:
+        if self.is_settled and self.shown is not None and any(running) and \
+                self.shown(lines, running):
+            self.shown = None
+            self.cut(time.monotonic(), "once every rank had shown what it decided where the "
+                     "ranks parted")
+
+    def reason(self, deadline: float | None, first: float) -> str:
+        return "late" if first == deadline else self.why if first == self.at else (
+            f"{STALLED} {self.stall_s:g} s")
 
 
 def _read_all_within(children: list[tuple[int, int]], bound_s: float | None,
-                     grace_s: float | None = None,
-                     settled: Callable[[list[list[dict[str, Any]]]], bool] | None = None
-                     ) -> list[tuple[bytes, str]]:
+                     cuts: _Cuts | None = None) -> list[tuple[bytes, str]]:
     """Everything each forked child writes to its pipe until it ends, and how it ended (see
     :func:`_in_forks`): one still running at ``bound_s`` is killed (``"late"``), and so is one
-    still running ``grace_s`` after another child ended, or :data:`SETTLED_GRACE_S` after
-    ``settled`` first held of their complete JSON lines so far (cut short)."""
-    now = time.monotonic()
-    deadline = None if bound_s is None else now + bound_s
-    cut_at: float | None = None  # when the children left running are cut short, and why
-    why = ""
+    still running when ``cuts`` says (cut short)."""
+    cuts = cuts or _Cuts()
+    deadline = None if bound_s is None else time.monotonic() + bound_s
+    cuts.heard(None)
     chunks: dict[int, list[bytes]] = {r: [] for r, _ in children}
     parsed: dict[int, list[dict[str, Any]]] = {r: [] for r, _ in children}
     pending: dict[int, bytes] = {r: b"" for r, _ in children}
     pids = dict(children)
     reading = set(pids)
     ended: dict[int, str] = {}
-
-    def cut(at: float, reason: str) -> None:
-        nonlocal cut_at, why
-        if cut_at is None or at < cut_at:
-            cut_at, why = at, reason
-
     try:
         while reading:
-            limits = [t for t in (deadline, cut_at) if t is not None]
+            limits = [t for t in (deadline, cuts.at, cuts.stall_at) if t is not None]
             wait = max(min(limits) - time.monotonic(), 0.0) if limits else None
             ready, _, _ = select.select(list(reading), [], [], wait)
             if not ready:
-                late = cut_at is None or (deadline is not None and deadline <= cut_at)
                 for r in reading:
                     os.kill(pids[r], signal.SIGKILL)
-                    ended[r] = "late" if late else why
+                    ended[r] = cuts.reason(deadline, min(limits))
                 break
             for r in ready:
                 chunk = os.read(r, 1 << 16)
-                if chunk:
-                    chunks[r].append(chunk)
-                    if settled is not None and b"\n" in chunk:
-                        *complete, pending[r] = (pending[r] + chunk).split(b"\n")
-                        parsed[r] += [json.loads(x) for x in complete if x]
-                        if settled([parsed[c] for c, _ in children]):
-                            settled = None
-                            cut(time.monotonic() + SETTLED_GRACE_S,
-                                f"{SETTLED_GRACE_S:g} s after the run's verdict was settled")
-                    elif settled is not None:
-                        pending[r] += chunk
-                else:
+                if not chunk:
                     reading.discard(r)
                     ended[r] = "ended"
-                    if grace_s is not None and reading:  # the others end within the grace
-                        cut(time.monotonic() + grace_s,
-                            f"{grace_s:g} s after another rank's run ended")
+                    cuts.one_ended(bool(reading))
+                    continue
+                chunks[r].append(chunk)
+                complete: list[bytes] = []
+                if cuts.settled is not None:  # lines are read only where they may settle it
+                    *complete, pending[r] = (pending[r] + chunk).split(b"\n")
+                    parsed[r] += [json.loads(x) for x in complete if x]
+                cuts.heard([parsed[c] for c, _ in children] if complete else None)
+            if cuts.is_settled:
+                cuts.look([parsed[c] for c, _ in children], [c in reading for c, _ in children])
     finally:
         for r, pid in children:
             os.close(r)

@@ -218,3 +218,30 @@ class ComparesTheLastRanksScore(BaseTrainer):
             dist.broadcast(tensor, src=self.world_size - 1)
             score = float(tensor.item())
         return super().save_if_best(score, metrics)
+
+
+class RestoresTrackingOnRankZeroOnly(BaseTrainer):
+    """On resume, the best score, best epoch, best weights and patience counter come back on
+    rank 0 alone: the other ranks track afresh from the file's epoch on."""
+
+    def _restore_tracking(self, ckpt: dict[str, Any]) -> None:
+        if self.rank == 0:
+            super()._restore_tracking(ckpt)
+
+
+
+@mutant_of("check_pooled_mean_is_sum_over_counts",
+           expect="after epoch 3 rank 0 pooled inf from the (total, count) shards "
+                  "[(0.25, 1.0), (0.0, 0.0)]; expected sum/sum = 0.25",
+           proves=("DIST-1.1",))
+class CountPooledAsIntegerMean(BaseTrainer):
+    """Pools the count as a framework's "mean" sync of an integer does (a sum, divided by the
+    world size in place: truncated); right only where the counts sum to a multiple of the
+    world size."""
+
+    def reduce_mean(self, total: float, count: float) -> float:
+        summed_total, summed_count = self.pg.all_sum([total, count])
+        mean_count = int(summed_count) // self.world_size
+        if mean_count == 0:
+            return math.nan if summed_count == 0 else math.inf
+        return (summed_total / self.world_size) / mean_count
