@@ -329,13 +329,16 @@ class _Ranks:
         ctx.record(Done())
 
 
-def _forked(adapter: _Ranks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-            ranks: int = 3) -> list[memory.ForkedRun]:
+def _forked(adapter: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+            ranks: int = 3, grace_s: float | None = 0.5, **cuts: Any) -> list[memory.ForkedRun]:
+    """Every rank of ``adapter``'s run, bound at 30 s, cut short as ``grace_s`` and ``cuts``
+    (``settled``, ``stall_s``) say."""
     monkeypatch.setattr(memory, "RUN_BOUND_S", 30.0)
     s = Scenario(name="ranks", world_size=ranks)
     return run_ranks_in_fork(
         adapter, s, tmp_path, env=lambda r: {"RANK": str(r), "WORLD_SIZE": str(ranks)},
-        context=lambda root, r: MemoryContext(root, rank=r, world_size=ranks), grace_s=0.5)
+        context=lambda root, r: MemoryContext(root, rank=r, world_size=ranks),
+        grace_s=grace_s, **cuts)
 
 
 def test_every_rank_runs_in_a_process_of_its_own_with_its_launch_environment(
@@ -370,14 +373,10 @@ def test_once_a_rank_departs_from_the_model_every_rank_is_cut_short_keeping_its_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a desynchronised trainer's ranks would wait out their group's timeout for nothing:
     # the first departure is known once a rank records it
-    monkeypatch.setattr(memory, "RUN_BOUND_S", 30.0)
-    s = Scenario(name="ranks", world_size=2)
     began = time.monotonic()
-    runs = run_ranks_in_fork(
-        _Departs(), s, tmp_path, env=lambda r: {},
-        context=lambda root, r: MemoryContext(root, rank=r, world_size=2), grace_s=20.0,
-        settled=lambda records: any(x.get("ev") == "val" and x["improved"] is False
-                                    for rank in records for x in rank))
+    runs = _forked(_Departs(), tmp_path, monkeypatch, ranks=2, grace_s=20.0,
+                   settled=lambda records: any(x.get("ev") == "val" and x["improved"] is False
+                                               for rank in records for x in rank))
     assert time.monotonic() - began < 10  # the settled grace, not the bound nor the sleep
     assert [(r.timed_out, r.cut) for r in runs] == [(True, True), (True, True)]
     assert runs[0].records == []
@@ -406,12 +405,8 @@ def test_a_multi_rank_reproducer_replays_its_slip_and_the_reference_matches_it(
 def test_ranks_that_wait_on_each_other_past_their_group_timeout_are_cut_once_none_records(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a trainer that does not honour ddp.timeout_s: its parted ranks would wait out the bound
-    monkeypatch.setattr(memory, "RUN_BOUND_S", 30.0)
-    s = Scenario(name="ranks", world_size=2)
     began = time.monotonic()
-    runs = run_ranks_in_fork(
-        _Departs(), s, tmp_path, env=lambda r: {},
-        context=lambda root, r: MemoryContext(root, rank=r, world_size=2), stall_s=1.0)
+    runs = _forked(_Departs(), tmp_path, monkeypatch, ranks=2, grace_s=None, stall_s=1.0)
     assert time.monotonic() - began < 10
     assert [(r.timed_out, r.cut) for r in runs] == [(True, True), (True, True)]
     assert [len(r.records) for r in runs] == [0, 1]  # each kept what it recorded

@@ -51,20 +51,19 @@ def run_broke(kind: str, r: RankTrace, start: str | None = None) -> list[Diverge
                        "expected it to complete", cause=cause, crashed=True)]
 
 
-
 def judge_ranks(adapter: Any, example: dict[str, Any], s: Scenario, cfg: ModelConfig,
-                 scratch: Path) -> list[Divergence]:
+                scratch: Path) -> list[Divergence]:
     """A run on several ranks against the model, pooled over the ranks: a fresh run, and for
     a chain, the run resumed or finetuned on every rank from one of the files it left (the
-    drawn one). Each run is judged as :func:`_ranks_run` says."""
+    drawn one). Each run is judged as :func:`ranks_run` says."""
     over = from_file(chain_kind(example))
     score = decided_score(s)
     source = expect_run(cfg, score, kind="fresh", steps_per_epoch=1)
     ranks, files = run_ranks(adapter, s, scratch / "run", _decisions(source))
     spe = epoch_steps(ranks[0])
     out = ranks_run(s, expect_run(cfg, score, kind="fresh", steps_per_epoch=spe), ranks,
-                     files, lambda k: expect_run(cfg, functools.partial(own_score, s, k),
-                                                 kind="fresh", steps_per_epoch=spe))
+                    files, lambda k: expect_run(cfg, functools.partial(own_score, s, k),
+                                                kind="fresh", steps_per_epoch=spe))
     if out or over is None:
         return out
 
@@ -83,8 +82,8 @@ def judge_ranks(adapter: Any, example: dict[str, Any], s: Scenario, cfg: ModelCo
                        resume=over == "resumed", name=f"generated-{over}")
     after, after_files = run_ranks(adapter, second, scratch / "second", _decisions(want.run))
     return ranks_run(s, want.run, after, after_files,
-                      lambda k: chain(functools.partial(own_score, s, k)).run,
-                      source=ranks[0], start=str(second.get("ckpt.load_from")))
+                     lambda k: chain(functools.partial(own_score, s, k)).run,
+                     source=ranks[0], start=str(second.get("ckpt.load_from")))
 
 
 def _decisions(want: RunExpect) -> list[tuple[bool, bool]]:
@@ -93,8 +92,8 @@ def _decisions(want: RunExpect) -> list[tuple[bool, bool]]:
 
 
 def ranks_run(s: Scenario, want: RunExpect, ranks: list[RankTrace], files: list[FileRecord],
-               own: Callable[[int], RunExpect | None], *, source: RankTrace | None = None,
-               start: str | None = None) -> list[Divergence]:
+              own: Callable[[int], RunExpect | None], *, source: RankTrace | None = None,
+              start: str | None = None) -> list[Divergence]:
     """One run on several ranks against ``want``: rank 0 as a run of its kind is judged (its
     files included), each other rank on what it shares with rank 0 (the pooled score, DIST-1;
     its decisions and epochs, DIST-2 and DIST-3; its best weights); and the run must end on

@@ -121,14 +121,19 @@ def run_ranks(adapter: Any, s: Scenario, root: Path,
     return [_trace(rank, f) for rank, f in enumerate(forked)], _described(adapter, root, before)
 
 
+def _parted_at(decisions: Sequence[tuple[bool, bool]], rank: list[dict[str, Any]]
+               ) -> int | None:
+    """The first of one rank's validations so far (JSON records) that decided other than the
+    model (or that the model does not have), or None."""
+    taken = [(x.get("improved"), x.get("stop")) for x in rank if x.get("ev") == "val"]
+    return next((i for i, d in enumerate(taken) if i >= len(decisions) or d != decisions[i]),
+                None)
+
+
 def _departed(decisions: Sequence[tuple[bool, bool]],
               records: list[list[dict[str, Any]]]) -> bool:
     """Whether some rank's validations so far (JSON records) decided other than the model."""
-    for rank in records:
-        taken = [(x.get("improved"), x.get("stop")) for x in rank if x.get("ev") == "val"]
-        if len(taken) > len(decisions) or taken != list(decisions[: len(taken)]):
-            return True
-    return False
+    return any(_parted_at(decisions, rank) is not None for rank in records)
 
 
 def stalled(error: str | None) -> bool:
@@ -142,13 +147,11 @@ def _shown(decisions: Sequence[tuple[bool, bool]], records: list[list[dict[str, 
     departed from the model. The run is judged on what each rank decided there (the first
     departure is the one charged): whatever any rank does after it cannot change the verdict,
     and ranks that parted only wait on each other in collectives."""
-    taken = [[(x.get("improved"), x.get("stop")) for x in rank if x.get("ev") == "val"]
-             for rank in records]
-    parted = [next((i for i, d in enumerate(t) if i >= len(decisions) or d != decisions[i]),
-                   None) for t in taken]
-    first = min((i for i in parted if i is not None), default=None)
+    first = min((i for rank in records if (i := _parted_at(decisions, rank)) is not None),
+                default=None)
     return first is not None and all(
-        len(t) > first for t, alive in zip(taken, running, strict=True) if alive)
+        sum(x.get("ev") == "val" for x in rank) > first
+        for rank, alive in zip(records, running, strict=True) if alive)
 
 
 def _begin(root: Path) -> dict[Path, int]:
