@@ -189,8 +189,8 @@ class _Lanes:
         warm = sorted({m for s in checks if s.multi_rank for m in s.imports})
         if several and self.parallel:
             harness.expect(plan.world_size, warm)
+        self.importing.start_once()  # while the worker template (or the worker) starts
         harness.world(1, plan.target.adapter)  # its worker starts now
-        self.importing.start_once()
         ctx, description = open_context(plan.target, harness, world_size=plan.world_size,
                                         max_examples=plan.max_examples)
         with self._lock:

@@ -67,9 +67,11 @@ def in_parallel(lanes: int, lane: Callable[[], None]) -> None:
 
 
 class TorchImport:
-    """torch imported in a thread once the first worker has started: the traces carry
-    tensors, and decoding the first one then finds torch imported instead of paying for it
-    (this process is otherwise idle until its workers are warm)."""
+    """torch imported in a thread while the first worker starts: the traces carry tensors,
+    and decoding the first one then finds torch imported instead of paying for it (this
+    process is otherwise idle until its workers are warm). Code of this process that imports
+    a torch submodule meanwhile imports ``torch`` itself first (waiting for this import):
+    a submodule imported while the package is half-made deadlocks the two imports."""
 
     def __init__(self) -> None:
         self._thread = threading.Thread(target=importlib.import_module, args=("torch",),

@@ -18,6 +18,8 @@ ENTRY_POINTS = {"cli.py", "plugin.py", "audit_cli.py", "command.py"}
 # modules below the entry points that touch os.environ for something other than configuration
 PROCESS_ENV = {
     "run/session.py": "passes its own environment on to the worker processes it starts",
+    "run/template.py": "sets, in a worker forked from the template, the environment its "
+                       "harness gave it",
     "run/child.py": "applies a run's torchrun variables (RANK, ...) inside the forked child",
     "run/memory.py": "applies a generated multi-rank run's torchrun variables in each rank's fork",
     "launching.py": "reads the launcher's own variables (torchrun's, SLURM's) to serve its rank",

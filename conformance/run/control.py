@@ -40,6 +40,7 @@ def open_store(launch: Launch, *, timeout_s: float = CONNECT_TIMEOUT_S,
                is_client: bool = False) -> Store:
     """A connection to the launch's store (rank 0 opens it when the launcher has none,
     unless ``is_client``: a second connection to the one it opened)."""
+    import torch  # noqa: F401  # the package first (see run/world.py's agent_store)
     from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined]
 
     is_master = launch.is_judge and not launch.has_agent_store and not is_client

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from trainspec.conformance.run import template
 from trainspec.conformance.run.protocol import AdapterSpec, Description, PropertyOutcome
 from trainspec.conformance.run.scenario import Scenario
 from trainspec.conformance.run.session import (
@@ -78,6 +79,9 @@ class Harness:
         self._warm: tuple[str, ...] = ()  # modules the multi-rank runs import (expect)
         self._dirs = itertools.count()
         self._spare: WorkerProcess | None = None  # started ahead of need once adapters vary
+        # workers forked from one warm template, not each a new interpreter importing torch
+        template.hold()
+        self._holds_template = True
         if ranks is not None:  # the other ranks warm up while the single-rank runs go on
             ranks.bind(adapter, self.root, self._ckpt_base)
 
@@ -229,6 +233,9 @@ class Harness:
             self.worlds.clear()
             self._slots.clear()
         finally:
+            if self._holds_template:
+                self._holds_template = False
+                template.release()
             shutil.rmtree(self.root, ignore_errors=True)
             if self._ckpt_base is not None:
                 shutil.rmtree(self._ckpt_base, ignore_errors=True)

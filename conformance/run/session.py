@@ -33,6 +33,8 @@ from trainspec.conformance.run.protocol import (
     decode_reply,
     encode,
 )
+from trainspec.conformance.run.template import ForkedProcess, template_for
+from trainspec.conformance.run.template import kill_all as kill_templates
 from trainspec.errors import ConfigError, HarnessError
 
 __all__ = ["MIN_FREE_RUN_B", "MIN_FREE_START_B", "START_TIMEOUT_S", "WorkerProcess",
@@ -119,6 +121,7 @@ def abort_all() -> None:
         live = list(_LIVE)
     for worker in live:
         worker.kill()
+    kill_templates()
 
 
 def is_aborted() -> bool:
@@ -141,11 +144,12 @@ class WorkerProcess:
         self.log_path = log_path
         self._log = log_path.open("ab")
         profile = ["--profile", str(_PROFILE_DIR[0])] if _PROFILE_DIR else []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainspec.conformance.run.worker", *profile],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
-            start_new_session=True,  # replies are read from the pipe itself (os.read), lines
-        )                            # kept here: several can come at once
+        self.proc: subprocess.Popen[bytes] | ForkedProcess = self._forked(env, log_path) or \
+            subprocess.Popen(
+                [sys.executable, "-m", "trainspec.conformance.run.worker", *profile],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
+                start_new_session=True,  # replies are read from the pipe itself (os.read),
+            )                            # lines kept here: several can come at once
         self._lines = b""  # what the worker wrote that is not read as a reply yet
         self._ended = False  # its protocol pipe is closed
         self._ready = False
@@ -155,6 +159,21 @@ class WorkerProcess:
         self.warmed: frozenset[str] = frozenset()  # the modules it was asked to import
         with _LIVE_LOCK:
             _LIVE.add(self)
+
+    def _forked(self, env: dict[str, str], log_path: Path) -> ForkedProcess | None:
+        """A worker forked from the warm template for ``env`` while a harness holds one
+        (:mod:`~trainspec.conformance.run.template`): no interpreter start, no torch import;
+        None when there is none, when profiling (a worker profiles itself from its start),
+        or when the template broke (the worker then starts as a new interpreter)."""
+        template = None if _PROFILE_DIR else template_for(env, log_path.parent)
+        if template is None:
+            return None
+        try:
+            return template.spawn(self._log, env)
+        except HarnessError:
+            if _ABORTED.is_set():
+                raise
+            return None
 
     def bind(self, adapter: AdapterSpec, warm: Sequence[str] = (), *,
              settle: bool = False) -> None:

@@ -57,6 +57,7 @@ from trainspec.conformance.run.protocol import (
     decode_request,
     encode,
 )
+from trainspec.conformance.run.template import serve_template
 from trainspec.errors import AdapterError, HarnessError
 
 __all__ = ["main"]
@@ -320,27 +321,48 @@ def _warm(modules: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--template"] and len(args) > 1:  # workers are forked from this one
+        os.dup2(2, 1)  # its fd 1 is a worker's protocol only once forked (_become_worker)
+        _set_up()
+        _warm_up()
+        gc.freeze()
+        serve_template(int(args[1]), _serve_after_fork)
+        os._exit(0)
     if args[:1] == ["--profile"] and len(args) > 1:
         _PROFILE_DIR[:] = [args[1]]
     with profiled(_profile_dir(), "worker"):
-        _main()
+        _set_up()
+        _warm_up()
+        gc.freeze()
+        _become_worker()
     # served and swept: exit now, without tearing down torch's modules one by one
     sys.stderr.flush()
     os._exit(0)
 
 
-def _main() -> None:
-    proto = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # prints from imported code land on stderr, never in the protocol
-    sys.stdout = sys.stderr
+def _serve_after_fork() -> None:
+    """A worker forked from the template: serve, then exit at once."""
+    _become_worker()
+    # served and swept: exit now, without tearing down torch's modules one by one
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _set_up() -> None:
     warnings.simplefilter("ignore")  # the trainer's warnings are not the worker's business
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides when workers stop
     signal.signal(signal.SIGUSR2, _on_cut)
     # a worker that stops answering (a hang in the adapter's import) shows where it is stuck
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+
+
+def _become_worker() -> None:
+    """Serve the harness on this process's stdin and stdout (fd 1 then points at stderr):
+    the ready line, then every request until shutdown; what the runs left is swept."""
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # prints from imported code land on stderr, never in the protocol
+    sys.stdout = sys.stderr
     become_subreaper()  # what a run or the adapter leaves behind is swept, not orphaned
-    _warm_up()
-    gc.freeze()
     proto.write(encode(Ready(pid=os.getpid())) + "\n")
     proto.flush()
     try:

@@ -77,6 +77,9 @@ def agent_store(addr: str, size: int) -> tuple[object, dict[str, str]]:
     """A store hosted in this process for a run of ``size`` ranks on ``addr`` (torchrun's
     agent store), and the environment every rank joins it by (its own ``RANK`` and
     ``LOCAL_RANK`` aside). The store lives as long as the object returned."""
+    # the package first: a thread of this process may be importing it, and importing a
+    # submodule meanwhile deadlocks the two imports (a half-made torch)
+    import torch  # noqa: F401
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
     store = TCPStore(addr, 0, world_size=size, is_master=True, wait_for_workers=False)
