@@ -89,8 +89,9 @@ class Template:
             os.close(stdout_w)
         stdin = os.fdopen(stdin_w, "wb")
         sent = json.dumps(env).encode()
-        stdin.write(len(sent).to_bytes(8, "big") + sent)
-        stdin.flush()
+        with contextlib.suppress(OSError):  # it died at once: its first request says so
+            stdin.write(len(sent).to_bytes(8, "big") + sent)
+            stdin.flush()
         return ForkedProcess(self, pid, stdin, os.fdopen(stdout_r, "rb", 0))
 
     def _take_pid(self) -> int | None:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import IO, TypeVar
+from typing import IO, NoReturn, TypeVar
 
 from trainspec.conformance.run.child import (
     become_subreaper,
@@ -335,15 +335,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         _warm_up()
         gc.freeze()
         _become_worker()
-    # served and swept: exit now, without tearing down torch's modules one by one
-    sys.stderr.flush()
-    os._exit(0)
+    _exit_now()
 
 
 def _serve_after_fork() -> None:
-    """A worker forked from the template: serve, then exit at once."""
+    """A worker forked from the template: serve, then exit."""
     _become_worker()
-    # served and swept: exit now, without tearing down torch's modules one by one
+    _exit_now()
+
+
+def _exit_now() -> NoReturn:
+    """Served and swept: exit now, without tearing down torch's modules one by one."""
     sys.stderr.flush()
     os._exit(0)
 
