@@ -1,8 +1,10 @@
 """Multi-rank cost: one DIST scenario on the reused world versus a fresh launch of the same job.
 
 Both arms run the same scenario (2 ranks, gloo, the reference through the probe) in the same
-process, interleaved; the fresh arm pays what a launcher per scenario pays (new interpreters,
-imports, warm-up) and the reused arm only the fork of warm workers plus the process group.
+process, interleaved; the fresh arm starts new worker processes for it (``--fresh-processes``:
+forked from the warm template, run/template.py) and the reused arm pays only the fork of each
+run from its warm workers plus the process group. A launcher per scenario would also pay new
+interpreters, imports and warm-up: the world's start-up, measured once.
 
     python -m benchmarks.bench_world [--repeats N] [--world-size N]
 """

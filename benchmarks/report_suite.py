@@ -133,7 +133,10 @@ def world_section(w: WorldCost) -> list[str]:
         "",
         f"`benchmarks/bench_world.py`: one DIST scenario ({w.world_size} ranks, gloo, the "
         "reference through the probe) on the suite's reused world against the same scenario "
-        "on a world started for it (new interpreters, imports, warm-up), interleaved.",
+        "on a world started for it (`--fresh-processes`: new worker processes, forked from "
+        "the warm template since workers are: no interpreter start, no import, no warm-up; "
+        "a launcher per scenario pays those too, as the world's start-up below), "
+        "interleaved.",
         "",
         *table(["arm", "one scenario"], [
             ["reused world", ms(reused, 0)],
