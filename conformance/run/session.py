@@ -33,7 +33,12 @@ from trainspec.conformance.run.protocol import (
     decode_reply,
     encode,
 )
-from trainspec.conformance.run.template import ForkedProcess, template_for
+from trainspec.conformance.run.template import (
+    START_TIMEOUT_S,
+    ForkedProcess,
+    log_tail,
+    template_for,
+)
 from trainspec.conformance.run.template import kill_all as kill_templates
 from trainspec.errors import ConfigError, HarnessError
 
@@ -43,7 +48,6 @@ __all__ = ["MIN_FREE_RUN_B", "MIN_FREE_START_B", "START_TIMEOUT_S", "WorkerProce
 
 T = TypeVar("T")
 
-START_TIMEOUT_S = 60.0  # a worker's own start (torch imported, warm): the suite's code only
 
 # every live worker of this process, so that an interrupt (SIGINT, SIGTERM) can stop them all at
 # once, whichever thread waits on them; once aborted, no new worker starts until reset
@@ -298,9 +302,7 @@ class WorkerProcess:
         return self.log_tail()
 
     def log_tail(self, limit: int = 2000) -> str:
-        with contextlib.suppress(OSError):
-            return self.log_path.read_text(errors="replace")[-limit:].strip() or "(empty)"
-        return "(unreadable)"
+        return log_tail(self.log_path, limit)
 
     def cut(self) -> None:
         """Have the worker end its running child as one past its bound (SIGUSR2): the other

@@ -34,10 +34,18 @@ from typing import IO
 
 from trainspec.errors import HarnessError
 
-__all__ = ["ForkedProcess", "Template", "hold", "kill_all", "release", "serve_template",
-           "template_for"]
+__all__ = ["START_TIMEOUT_S", "ForkedProcess", "Template", "hold", "kill_all", "log_tail",
+           "release", "serve_template", "template_for"]
 
-_START_TIMEOUT_S = 60.0  # the template's own start: torch imported, warm
+# a worker's own start, or the template's (torch imported, warm): the suite's code only
+START_TIMEOUT_S = 60.0
+
+
+def log_tail(path: Path, limit: int = 2000) -> str:
+    """The last ``limit`` characters of a worker's (or the template's) log."""
+    with contextlib.suppress(OSError):
+        return path.read_text(errors="replace")[-limit:].strip() or "(empty)"
+    return "(unreadable)"
 
 
 class Template:
@@ -69,7 +77,7 @@ class Template:
         try:
             with self._lock:
                 if not self._ready:
-                    self._until(lambda: b"ready\n" in self._buffer or None, _START_TIMEOUT_S)
+                    self._until(lambda: b"ready\n" in self._buffer or None, START_TIMEOUT_S)
                     self._buffer = self._buffer.replace(b"ready\n", b"", 1)
                     self._ready = True
                 try:
@@ -79,7 +87,7 @@ class Template:
                     self.gone = True
                     raise HarnessError(f"the worker template {self.proc.pid} is gone ({e})"
                                        ) from None
-                pid = self._until(self._take_pid, _START_TIMEOUT_S)
+                pid = self._until(self._take_pid, START_TIMEOUT_S)
         except BaseException:
             for fd in (stdin_w, stdout_r):
                 os.close(fd)
@@ -116,10 +124,10 @@ class Template:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise HarnessError(f"the worker template {self.proc.pid} did not answer "
-                                   f"within {timeout_s:.0f} s; its log: {self._tail()}")
+                                   f"within {timeout_s:.0f} s; its log: {log_tail(self.log_path)}")
             if not self._read(left):
                 raise HarnessError(f"the worker template {self.proc.pid} ended (status "
-                                   f"{self.proc.poll()}); its log: {self._tail()}")
+                                   f"{self.proc.poll()}); its log: {log_tail(self.log_path)}")
         return int(result)
 
     def _read(self, timeout_s: float) -> bool:
@@ -146,11 +154,6 @@ class Template:
             if pid not in self._exits and self.gone and (code := _ended(pid)) is not None:
                 self._exits[pid] = code  # the template ended first
             return self._exits.get(pid)
-
-    def _tail(self) -> str:
-        with contextlib.suppress(OSError):
-            return self.log_path.read_text(errors="replace")[-2000:].strip() or "(empty)"
-        return "(unreadable)"
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -323,17 +323,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--template"] and len(args) > 1:  # workers are forked from this one
         os.dup2(2, 1)  # its fd 1 is a worker's protocol only once forked (_become_worker)
-        _set_up()
-        _warm_up()
-        gc.freeze()
+        _start()
         serve_template(int(args[1]), _serve_after_fork)
         os._exit(0)
     if args[:1] == ["--profile"] and len(args) > 1:
         _PROFILE_DIR[:] = [args[1]]
     with profiled(_profile_dir(), "worker"):
-        _set_up()
-        _warm_up()
-        gc.freeze()
+        _start()
         _become_worker()
     _exit_now()
 
@@ -350,12 +346,17 @@ def _exit_now() -> NoReturn:
     os._exit(0)
 
 
-def _set_up() -> None:
+def _start() -> None:
+    """What a worker (or the template workers are forked from) does before it serves: its
+    signals set, torch imported and warm, all it holds frozen (never collected, forks stay
+    light)."""
     warnings.simplefilter("ignore")  # the trainer's warnings are not the worker's business
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides when workers stop
     signal.signal(signal.SIGUSR2, _on_cut)
     # a worker that stops answering (a hang in the adapter's import) shows where it is stuck
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    _warm_up()
+    gc.freeze()
 
 
 def _become_worker() -> None:
