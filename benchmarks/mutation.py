@@ -12,12 +12,15 @@ mutants itself, each in a package tree of its own (``trainspec`` with the mutate
 ``reference``, the rest the project's own files), so two run at once, and a run that is cut
 short leaves the project's files untouched.
 
-A mutant is checked by ``trainspec check reference`` on the clauses whose scenarios execute the
-mutated function (the map: each clause's check run once under the suite's profiler,
-``TRAINSPEC_PROFILE_DIR``, in every process its runs take, the generated runs forked from a
-property's child and the forked file reads included, and every reference function its runs
-called noted; a mutant outside any function, or in a function no clause's runs call, is
-checked on every clause). Killed: a check failed, errored or timed out (the check's process is
+A mutant is checked by ``trainspec check reference`` on the clauses whose runs execute the
+mutated lines (the map: each clause's check run once under the suite's profiler,
+``TRAINSPEC_PROFILE_DIR``, with ``TRAINSPEC_TRACE_LINES`` noting every line of the reference
+run, in every process its runs take, the generated runs forked from a property's child and the
+forked file reads included; the reference functions each clause's runs call are noted too, the
+map a mutant falls back on where a file has no line map). A mutant whose lines no clause's
+runs execute is not run: no run can differ from the reference's (``unexecuted``, triaged as a
+survivor is: what the spec asks of those lines, if anything, is a scenario no check makes).
+Killed: a check failed, errored or timed out (the check's process is
 ended at the first such check's progress line: the rest need not run, so a killed mutant costs
 a few seconds; a ``--fresh`` run checks each mutant first on the clauses that killed it last
 time, an order that changes no outcome). Survived: every clause passed. Each survivor is
@@ -31,7 +34,9 @@ named in the triage and checked there: the fsync of a write, which only a power 
 Mutations no run can observe are not generated: a type annotation (never evaluated: every
 module has ``from __future__ import annotations``) and an ``if TYPE_CHECKING:`` block.
 
-    python -m benchmarks.mutation map                  # the clause map (minutes), once
+    python -m benchmarks.mutation map                  # the clause and line map (minutes),
+                                                       # again whenever the reference or a
+                                                       # check changes
     python -m benchmarks.mutation run                  # every mutant, resumable, -j 2
     python -m benchmarks.mutation run --fresh          # every mutant again (each first on the
                                                        # clauses that killed it last time)
@@ -45,6 +50,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import hashlib
 import json
 import os
 import pstats
@@ -64,6 +70,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from trainspec.conformance.run.profiling import TRACE_LINES_ENV
 
 __all__ = ["FILES", "OPERATORS", "Mutant", "Outcome", "clause_map", "generate", "main"]
 
@@ -107,6 +115,7 @@ class Mutant:
     line: int
     function: str  # the innermost function's qualified name, "" at module or class level
     before: str  # the mutated line as it is
+    end_line: int = 0  # the mutated code's last line (0: ``line``)
 
     def after(self) -> str:
         """The mutated line as the mutant has it."""
@@ -118,7 +127,9 @@ class Mutant:
 class Outcome:
     id: str
     # killed, survived, timeout (killed by the bound: the check hung), error (the check broke),
-    # incompetent (the mutated code is not Python: never run, not scored)
+    # incompetent (the mutated code is not Python: never run, not scored), unexecuted (no
+    # clause's runs execute the mutated lines, per the line map: never run, triaged as a
+    # survivor is)
     status: str
     clauses: list[str]  # the clauses it was checked on
     failed: list[str]  # the clauses whose verdict was fail, error or timeout
@@ -189,7 +200,8 @@ def generate(files: Sequence[str] = FILES) -> list[Mutant]:
                     mutants.append(Mutant(
                         id=f"{file}:{name.removeprefix('core/')}:{index}", file=file,
                         operator=name.removeprefix("core/"), occurrence=index, line=line,
-                        function=_innermost(functions, line), before=lines[line - 1].strip()))
+                        function=_innermost(functions, line), before=lines[line - 1].strip(),
+                        end_line=end[0]))
     return mutants
 
 
@@ -249,15 +261,19 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def clause_map(jobs: int = 2, say: Any = print) -> dict[str, list[str]]:
-    """reference function (``FILE:QUALNAME``) -> the clauses whose check runs call it."""
+def clause_map(jobs: int = 2, say: Any = print) -> dict[str, Any]:
+    """Which clauses' check runs reach what: ``functions``, each reference function
+    (``FILE:QUALNAME``) -> the clauses whose runs call it; ``lines``, each reference file ->
+    each line -> the clauses whose runs execute it."""
     clauses = _every_clause()
     funcs = {f: _functions(ast.parse((ROOT / f).read_text())) for f in FILES}
     called: dict[str, set[str]] = {}
+    ran: dict[str, dict[int, set[str]]] = {f: {} for f in FILES}
 
     def one(clause: str) -> None:
         with tempfile.TemporaryDirectory(prefix="trainspec-map-") as tmp:
-            env = {**os.environ, "TRAINSPEC_PROFILE_DIR": str(Path(tmp) / "prof")}
+            env = {**os.environ, "TRAINSPEC_PROFILE_DIR": str(Path(tmp) / "prof"),
+                   TRACE_LINES_ENV: str((ROOT / "reference").resolve())}
             code, out, _ = _check(["reference", "--clauses", clause, "-n", "1"], env=env,
                                   cwd=Path(tmp), timeout_s=_CHECK_TIMEOUT_S)
             if code != 0:
@@ -269,11 +285,41 @@ def clause_map(jobs: int = 2, say: Any = print) -> dict[str, list[str]]:
                         for start, at, _end, name in funcs[rel]:
                             if start <= first <= at:
                                 called.setdefault(f"{rel}:{name}", set()).add(clause)
+            for noted in Path(tmp, "prof").glob("*.lines"):
+                for filename, lines in json.loads(noted.read_text()).items():
+                    rel = _relative(filename)
+                    if rel in ran:
+                        for line in lines:
+                            ran[rel].setdefault(int(line), set()).add(clause)
         say(f"  mapped {clause}")
 
     with ThreadPoolExecutor(jobs) as pool:
         list(pool.map(one, clauses))
-    return {k: sorted(v, key=clauses.index) for k, v in sorted(called.items())}
+    order = clauses.index
+    return {"sources": _sources(),
+            "functions": {k: sorted(v, key=order) for k, v in sorted(called.items())},
+            "lines": {f: {str(n): sorted(ran[f][n], key=order) for n in sorted(ran[f])}
+                      for f in FILES}}
+
+
+def _sources() -> dict[str, str]:
+    """Each mutated file's SHA-256: a line map is only true of the source it was made from."""
+    return {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest() for f in FILES}
+
+
+def load_map(path: Path = MAP_PATH) -> dict[str, Any]:
+    """The clause and line map, refused when missing or made from other sources (its lines
+    would name other code: a mutant could be skipped, or checked on the wrong clauses)."""
+    if not path.exists():
+        raise SystemExit(f"{path.name} is missing: make it with python -m benchmarks.mutation "
+                         "map")
+    mapping: dict[str, Any] = json.loads(path.read_text())
+    changed = [f for f, digest in _sources().items()
+               if mapping.get("sources", {}).get(f) != digest]
+    if changed:
+        raise SystemExit(f"{path.name} was made from other sources of {', '.join(changed)}: "
+                         "make it again with python -m benchmarks.mutation map (minutes)")
+    return mapping
 
 
 def _relative(filename: str) -> str:
@@ -304,10 +350,18 @@ def _tree() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def check_mutant(mutant: Mutant, clauses: Sequence[str], tree: Path,
+def check_mutant(mutant: Mutant, clauses: Sequence[str] | None, tree: Path,
                  first: Sequence[str] = ()) -> Outcome:
     """Write the mutant into ``tree`` and check it on ``clauses``; the file is restored.
-    ``first``: clauses checked on their own before the rest (those that killed it before)."""
+    ``first``: clauses checked on their own before the rest (those that killed it before).
+    ``clauses`` None: no clause's runs execute the mutated lines (the line map), so no run
+    can differ: not run (``unexecuted``), unless some clause killed it before."""
+    if clauses is None and not first:
+        span = f"{mutant.line}" if mutant.end_line <= mutant.line else \
+            f"{mutant.line}-{mutant.end_line}"
+        return Outcome(id=mutant.id, status="unexecuted", clauses=[], failed=[], seconds=0.0,
+                       detail=f"no clause's runs execute line {span} (the line map)")
+    clauses = list(clauses or ())  # [] (or None, killed before): every clause
     target = tree / "trainspec" / mutant.file
     original, code_text = target.read_text(), mutated_source(mutant)
     try:
@@ -365,12 +419,21 @@ def _check_tree(tree: Path, clauses: Sequence[str]) -> tuple[int | None, str, li
     return code, out, list(dict.fromkeys(failed))
 
 
-def clauses_for(mutant: Mutant, mapping: dict[str, list[str]]) -> list[str]:
-    """The clauses whose runs call the mutant's function (none: every clause)."""
-    return mapping.get(f"{mutant.file}:{mutant.function}", []) if mutant.function else []
+def clauses_for(mutant: Mutant, mapping: dict[str, Any]) -> list[str] | None:
+    """The clauses whose runs execute the mutated lines, where the map has the file's lines
+    (None: no clause's runs execute them); else those whose runs call the mutant's function
+    ([]: every clause, for a mutant outside any function)."""
+    lines = mapping.get("lines", {}).get(mutant.file)
+    if lines is not None:
+        found = {c for n in range(mutant.line, max(mutant.line, mutant.end_line) + 1)
+                 for c in lines.get(str(n), ())}
+        order = _every_clause()
+        return sorted(found, key=order.index) or None
+    functions = mapping.get("functions", {})
+    return functions.get(f"{mutant.file}:{mutant.function}", []) if mutant.function else []
 
 
-def run(mutants: Sequence[Mutant], mapping: dict[str, list[str]], results: Path, *,
+def run(mutants: Sequence[Mutant], mapping: dict[str, Any], results: Path, *,
         jobs: int, say: Any = print, first: dict[str, list[str]] | None = None
         ) -> list[Outcome]:
     """Check every mutant not in ``results`` yet, ``jobs`` at once, appending each outcome as
@@ -459,7 +522,8 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
     by_id = {o.id: o for o in outcomes}
     counts = Counter(by_id[m.id].status for m in mutants if m.id in by_id)
     checked = sum(counts.values())
-    survivors = [m for m in mutants if m.id in by_id and by_id[m.id].status == "survived"]
+    survivors = [m for m in mutants if m.id in by_id
+                 and by_id[m.id].status in ("survived", "unexecuted")]
     equivalent = [m for m in survivors if triage.get(m.id, {}).get("kind") in _UNSCORED]
     outside = sum(1 for m in survivors if triage.get(m.id, {}).get("kind") in _UNSCORED[1:])
     killed = counts["killed"] + counts["timeout"]
@@ -470,7 +534,7 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
         "Made by `python -m benchmarks.mutation report` from the results of "
         "`python -m benchmarks.mutation run` (see `benchmarks/mutation.py` for the method:",
         "cosmic-ray's operators, each mutant checked by `trainspec check reference` on the "
-        "clauses whose runs call the mutated function, the generated runs' processes "
+        "clauses whose runs execute the mutated lines, the generated runs' processes "
         "included). Do not edit by hand.",
         "",
         f"- Files: {', '.join(f'`{f}`' for f in FILES)}",
@@ -480,7 +544,8 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
         + ("" if checked == len(mutants) else
            f" (**{len(mutants) - checked} not checked yet**: the score is of those checked)"),
         f"- Killed: {counts['killed']} (a clause failed), by the bound: {counts['timeout']}; "
-        f"survived: {counts['survived']} ({len(equivalent) - outside} triaged equivalent, "
+        f"survived: {counts['survived']}, and {counts['unexecuted']} on lines no clause's runs "
+        f"execute (the line map: not run) ({len(equivalent) - outside} triaged equivalent, "
         f"{outside} outside the spec, unreached on this machine or unobservable, "
         f"{sum(1 for m in survivors if triage.get(m.id, {}).get('kind') == 'gap')} gaps, "
         f"{sum(1 for m in survivors if m.id not in triage)} not triaged); the check "
@@ -512,9 +577,11 @@ def render(mutants: Sequence[Mutant], outcomes: Sequence[Outcome],
     for m in survivors:
         t = triage.get(m.id)
         kind = t["kind"] if t else "not triaged"
+        ran = "no clause's runs execute it, not run" \
+            if by_id[m.id].status == "unexecuted" else \
+            f"checked on {_clauses_text(by_id[m.id].clauses)}"
         lines += [f"- `{m.id}` (line {m.line}, `{m.function or 'module level'}`): "
-                  f"`{m.before}` → `{m.after()}`; checked on "
-                  f"{_clauses_text(by_id[m.id].clauses)}. **{kind}**"
+                  f"`{m.before}` → `{m.after()}`; {ran}. **{kind}**"
                   + (f" (sentence {t['sentence']})" if t and t.get("sentence") else "")
                   + (f": {t['why']}" if t else "")]
     broke = [m for m in mutants if m.id in by_id and by_id[m.id].status == "error"]
@@ -574,7 +641,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "map":
         mapping = clause_map(args.jobs)
         MAP_PATH.write_text(json.dumps(mapping, indent=1) + "\n")
-        print(f"wrote {MAP_PATH.relative_to(ROOT)}: {len(mapping)} functions")
+        print(f"wrote {MAP_PATH.relative_to(ROOT)}: {len(mapping['functions'])} functions, "
+              f"{sum(map(len, mapping['lines'].values()))} lines")
         return 0
     mutants = generate()
     if args.command == "list":
@@ -588,10 +656,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    wall_fresh=args.wall_fresh))
         print(f"wrote {DOC_PATH.relative_to(ROOT)}")
         return 0
-    if not MAP_PATH.exists():
-        raise SystemExit(f"{MAP_PATH.relative_to(ROOT)} is missing: make it with "
-                         "python -m benchmarks.mutation map")
-    mapping = json.loads(MAP_PATH.read_text())
+    mapping = load_map()
     pool, first = mutants, {}
     if args.killed_before or args.fresh:  # each checked first on the clauses that killed it
         first = {o.id: o.failed for o in load_results(RESULTS_PATH)
@@ -620,7 +685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         NEXT_RESULTS_PATH.replace(RESULTS_PATH)
         print(f"every mutant checked: {RESULTS_PATH.relative_to(ROOT)} replaced")
     triage = load_triage()
-    missed = [o for o in outcomes if o.status in ("survived", "error")
+    missed = [o for o in outcomes if o.status in ("survived", "unexecuted", "error")
               and triage.get(o.id, {}).get("kind") not in _UNSCORED]
     counts = Counter(o.status for o in outcomes)
     print(f"{len(outcomes)} mutants checked: " +

@@ -4,6 +4,7 @@ one rank is charged (the rank's own run, or the DIST sentence it breaks by parti
 
 from __future__ import annotations
 
+import datetime
 import functools
 import math
 import os
@@ -40,6 +41,7 @@ from trainspec.conformance.run.records import (
 )
 from trainspec.conformance.run.scenario import Scenario, ScoreScript, Task
 from trainspec.conformance.run.trace import RankTrace, parse_rank
+from trainspec.conformance.run.world import store_in_fork
 from trainspec.conformance.spec.model import ModelConfig, expect_run
 
 NAN = math.nan
@@ -423,3 +425,55 @@ def test_ranks_that_hang_each_somewhere_else_break_dist_2_2() -> None:
     assert found.sentence == "DIST-2.2"
     assert found.evidence.startswith("every rank of 2 hung, each somewhere else: rank 0 in "
                                      "epoch 0 (training); rank 1 before its first epoch")
+
+
+class _Joins:
+    """An adapter whose ranks join one gloo group by the launcher's environment and sum their
+    ranks, the way a trainer's ``init_process_group`` does."""
+
+    def run(self, scenario: Scenario, ctx: MemoryContext) -> None:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+        total = torch.tensor([float(ctx.rank)])
+        dist.all_reduce(total)
+        dist.destroy_process_group()
+        ctx.record(Validation(epoch=0, phase="epoch", score=float(total), improved=True,
+                              stop=False, weights={}))
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_the_ranks_store_is_hosted_by_a_process_of_its_own_so_no_rank_forks_its_threads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a store hosted here serves from a thread of this process: a rank forked while that
+    # thread held a lock would wait on it for good (a rank of a resumed 4-rank run that never
+    # joined). The ranks rendezvous through a store in a process of its own instead.
+    monkeypatch.setattr(memory, "RUN_BOUND_S", 30.0)
+    threads = _threads()
+    with store_in_fork("127.0.0.1", 4) as env:
+        assert _threads() == threads  # no thread of the store's here
+        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        runs = run_ranks_in_fork(
+            _Joins(), Scenario(name="joins", world_size=4), tmp_path,
+            env=lambda r: {**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            context=lambda root, r: MemoryContext(root, rank=r, world_size=4))
+    assert [(r.error, [getattr(x, "score", None) for x in r.records]) for r in runs] == \
+        [(None, [6.0])] * 4  # 0 + 1 + 2 + 3 on every rank
+
+
+def test_the_store_process_ends_with_its_block_and_a_store_that_cannot_start_is_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainspec.conformance.run.child import children
+
+    before = children()
+    with store_in_fork("127.0.0.1", 2):
+        hosts = children() - before
+    assert len(hosts) == 1
+    assert children() == before  # killed and reaped
+    with pytest.raises(RuntimeError, match="store of a 2-rank run did not answer"), \
+            store_in_fork("256.0.0.1", 2, timeout_s=2):
+        pass

@@ -57,11 +57,36 @@ def test_each_mutant_names_its_function_and_its_changed_line(
 
 def test_a_mutant_outside_any_function_is_checked_on_every_clause(
         mutants: list[mutation.Mutant]) -> None:
-    mapping = {f"{mutants[0].file}:patience_left": ["PAT-1", "PAT-2"]}
+    mapping = {"functions": {f"{mutants[0].file}:patience_left": ["PAT-1", "PAT-2"]}}
     inside = next(m for m in mutants if m.function == "patience_left")
     assert mutation.clauses_for(inside, mapping) == ["PAT-1", "PAT-2"]
     unmapped = next(m for m in mutants if m.function == "Loop.done")
     assert mutation.clauses_for(unmapped, mapping) == []  # [] selects every clause
+
+
+def test_with_a_line_map_a_mutant_is_checked_where_its_lines_run_and_not_run_where_none_do(
+        mutants: list[mutation.Mutant], tmp_path: Path) -> None:
+    file = mutants[0].file
+    # line 11 (`return bad is not None and bad < patience`) runs in PAT-2's and PAT-1's runs;
+    # line 17 (`return self.epoch >= 3`) in none: the function map would check it everywhere
+    mapping = {"functions": {f"{file}:Loop.done": ["PAT-1"]},
+               "lines": {file: {"10": ["BEST-1"], "11": ["PAT-2", "PAT-1"]}}}
+    flip = next(m for m in mutants if m.operator == "ReplaceComparisonOperator_Lt_LtE")
+    assert mutation.clauses_for(flip, mapping) == ["PAT-1", "PAT-2"]  # in the spec's order
+    boundary = next(m for m in mutants if m.operator == "ReplaceComparisonOperator_GtE_Gt")
+    assert mutation.clauses_for(boundary, mapping) is None
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    outcome = mutation.check_mutant(boundary, None, tree)  # nothing written, nothing run
+    assert (outcome.status, outcome.seconds, outcome.detail) == (
+        "unexecuted", 0.0, "no clause's runs execute line 17 (the line map)")
+    assert list(tree.iterdir()) == []
+    # an unexecuted mutant is triaged as a survivor is: the report lists it, and CI's
+    # --require-killed counts it as missed unless triaged outside the score
+    text = mutation.render(mutants, [outcome], {}, wall_s=None)
+    assert "and 1 on lines no clause's runs execute" in text
+    assert f"`{boundary.id}` (line 17, `Loop.done`)" in text
+    assert "no clause's runs execute it, not run. **not triaged**" in text
 
 
 def test_the_sample_is_fixed_by_its_seed(mutants: list[mutation.Mutant]) -> None:
@@ -139,6 +164,49 @@ def _called_in_the_fork() -> bytes:
     return b"ok"
 
 
+TRACED = '''def branch(flag):
+    if flag:
+        return "forked"
+    return "parent"
+'''
+
+
+def test_the_line_map_notes_each_line_a_process_or_its_forked_run_executes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the line map (TRAINSPEC_TRACE_LINES) is what lets the run skip a mutant no run reaches:
+    # a line only a forked run executes must be noted, and a line none executes must not
+    import importlib.util
+    import json
+    import sys
+
+    from trainspec.conformance.run.memory import _in_forks
+    from trainspec.conformance.run.profiling import TRACE_LINES_ENV, profiled
+
+    source = tmp_path / "traced" / "branchy.py"
+    source.parent.mkdir()
+    source.write_text(TRACED + "\n\ndef never():\n    return 0\n")
+    spec = importlib.util.spec_from_file_location("branchy", source)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setenv(TRACE_LINES_ENV, str(source.parent))
+    before = sys.gettrace()
+    prof = tmp_path / "prof"
+    prof.mkdir()
+    with profiled(prof, "property"):
+        assert module.branch(False) == "parent"
+        assert _in_forks([lambda: module.branch(True).encode()]) == [(b"forked", "ended")]
+    assert sys.gettrace() is before  # the trace function it replaced is back
+    real = str(source.resolve())
+    (own,) = prof.glob("property-*.lines")
+    (forked,) = prof.glob("fork-*.lines")
+    assert json.loads(own.read_text()) == {real: [2, 4]}
+    # the fork notes what it ran (line 3, which only it ran) and what its parent had before
+    # the fork; `never` (line 8) appears in neither
+    assert json.loads(forked.read_text()) == {real: [2, 3, 4]}
+
+
 def test_a_forked_run_writes_its_profile_so_the_clause_map_sees_what_generated_runs_call(
         tmp_path: Path) -> None:
     # generated runs and forked file reads end with os._exit: without their own profile the
@@ -159,3 +227,24 @@ def test_a_forked_run_writes_its_profile_so_the_clause_map_sees_what_generated_r
     assert "_called_in_the_fork" not in {
         name for _file, _line, name in pstats.Stats(str(own)).stats}  # type: ignore[attr-defined]
 
+
+
+def test_a_map_made_from_other_sources_is_refused(tmp_path: Path) -> None:
+    # a line map names lines of the code it was made from: after an edit it could skip a
+    # mutant the edited code runs, so the tool refuses it rather than trusting it
+    import json
+
+    path = tmp_path / "map.json"
+    with pytest.raises(SystemExit, match="is missing"):
+        mutation.load_map(path)
+    sources = mutation._sources()
+    path.write_text(json.dumps({"sources": sources, "functions": {}, "lines": {}}))
+    assert mutation.load_map(path)["sources"] == sources
+    edited = {**sources, "reference/trainer.py": "0" * 64}
+    path.write_text(json.dumps({"sources": edited, "functions": {}, "lines": {}}))
+    with pytest.raises(SystemExit, match=r"made from other sources of reference/trainer\.py"):
+        mutation.load_map(path)
+
+
+def test_the_published_map_is_of_the_reference_as_it_is() -> None:
+    assert set(mutation.load_map()["lines"]) == set(mutation.FILES)

@@ -26,7 +26,7 @@ from trainspec.conformance.run.records import RunExit, Write
 from trainspec.conformance.run.scenario import CrashPoint, Scenario
 from trainspec.conformance.run.trace import RankTrace
 
-__all__: list[str] = []
+__all__ = ["exit_status"]
 
 # what every checkpoint carries under the seed shape: progress, identity, config (the seed's
 # save_ckpt takes it as cfg), and the state of every registered item as "<name>_state_dict"
@@ -293,7 +293,7 @@ def check_sigterm_leaves_a_resumable_checkpoint(ctx: CheckContext) -> str:
         "resume decided as the uninterrupted run; last.pt written with ckpt.save_last=false"
 
 
-def _exit_status(r: RankTrace) -> str:
+def exit_status(r: RankTrace) -> str:
     """How the process ended, in the words of an exit status."""
     if r.status == "completed":
         return "exited with status 0"
@@ -307,9 +307,9 @@ def _exit_status(r: RankTrace) -> str:
 
 def _exits_143(r: RankTrace) -> None:
     """A preempted run exits with 143 (128 + SIGTERM): a scheduler tells it from a crash."""
-    if r.status == "exited" and _exit_status(r) == "exited with status 143":
+    if r.status == "exited" and exit_status(r) == "exited with status 143":
         return
-    raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process {_exit_status(r)}, "
+    raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process {exit_status(r)}, "
                       "expected 143 (128 + SIGTERM), so that a scheduler tells a preemption "
                       "from a finished run or a crash: raise SystemExit(143) after the save")
 
@@ -322,6 +322,6 @@ def _sigterm_writes_last_despite_save_last(ctx: CheckContext) -> None:
     trace = ctx.run(s.replace(crash=crash))
     if trace.newest("last") is None:
         raise CheckFailed(f"CKPT-5: with ckpt.save_last=false, after SIGTERM during epoch 1 "
-                          f"the process {_exit_status(trace.rank0)} leaving no last.pt; "
+                          f"the process {exit_status(trace.rank0)} leaving no last.pt; "
                           "expected the resumable last.pt: on SIGTERM write it whatever "
                           "save_last says")

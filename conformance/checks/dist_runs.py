@@ -1,10 +1,12 @@
-"""Clauses of other families judged on several ranks (docs/spec/res.md, docs/spec/dbg.md):
-a resume and a debug run on a real torch.distributed world, every rank judged."""
+"""Clauses of other families judged on several ranks (docs/spec/res.md, docs/spec/dbg.md,
+docs/spec/ckpt.md): a resume, a debug run and a preemption on a real torch.distributed world,
+every rank judged."""
 
 from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
+from trainspec.conformance.checks.ckpt import exit_status
 from trainspec.conformance.checks.common import weights_diff
 from trainspec.conformance.checks.res import lost_state
 from trainspec.conformance.run.scenario import CrashPoint, RankScores, Scenario, ScoreScript
@@ -108,3 +110,35 @@ def check_resume_is_bitwise_exact_under_several_ranks(ctx: CheckContext) -> str:
                               + (f"state where it resumed differed: {lost}" if lost else
                                  f"final weights differ from the uninterrupted run ({final})"))
     return f"on {n} ranks: every rank's RNG states and final weights as the uninterrupted run's"
+
+
+@check("CKPT-5", requires={"multi_rank", "resume", "checkpoint"}, multi_rank=True,
+       covers=("CKPT-5.5",))
+def check_sigterm_to_one_rank_stops_every_rank(ctx: CheckContext) -> str:
+    """SIGTERM to the last of N ranks during epoch 1 (the others get none, as when the signal
+    reaches them on either side of an epoch's end): every rank stops after epoch 1 and exits
+    with 143, and every rank of the resumed run goes on at epoch 2."""
+    n = ctx.world_size
+    # a rank left alone in a collective errs within the bound (DIST-5): a short one
+    s = _res_scenario(n).replace(name=f"ckpt-sigterm-{n}r").with_config(**{"ddp.timeout_s": 8.0})
+    crash = CrashPoint(where="train_end", epoch=1, how="sigterm", rank=n - 1)
+    pair = interrupt_and_resume(ctx, "CKPT-5", s, crash)
+    with ctx.case("every rank stops after the epoch and exits with 143"):
+        for r in pair.interrupted.ranks:
+            ended = exit_status(r)
+            if r.epochs_trained != [0, 1] or ended != "exited with status 143":
+                raise CheckFailed(
+                    f"CKPT-5: on {n} ranks, SIGTERM to rank {n - 1} during epoch 1: rank "
+                    f"{r.rank} trained epochs {r.epochs_trained} and {ended}; expected every "
+                    "rank to stop after epoch 1 and exit with status 143. The ranks must agree "
+                    "on a preemption as on an early stop: reduce the SIGTERM flag over the "
+                    "ranks at the epoch's end (any rank's flag stops them all)")
+    with ctx.case("every rank of the resumed run goes on at epoch 2"):
+        k = pair.ckpt_epoch
+        for r in pair.resumed.ranks:
+            if r.epochs_trained[:1] != [k + 1]:
+                raise CheckFailed(f"CKPT-5: on {n} ranks, resumed from the last.pt of epoch {k} "
+                                  f"left after SIGTERM, rank {r.rank} trained "
+                                  f"{r.epochs_trained}; expected {k + 1}, {k + 2}, ...")
+    return f"on {n} ranks, SIGTERM to rank {n - 1} in epoch 1: every rank stopped after epoch " \
+        f"1 with status 143, and resumed at epoch {pair.ckpt_epoch + 1}"

@@ -24,7 +24,7 @@ from trainspec.conformance.run.memory import (
 from trainspec.conformance.run.records import Done, Record, TrainEnd, TrainStart
 from trainspec.conformance.run.scenario import CrashWhere, Scenario
 from trainspec.conformance.run.trace import RankTrace, parse_rank
-from trainspec.conformance.run.world import agent_store, grace_s
+from trainspec.conformance.run.world import grace_s, store_in_fork
 
 __all__ = ["RUNS", "Broke", "Interrupted", "run", "run_ranks", "stalled"]
 
@@ -89,7 +89,8 @@ def run_ranks(adapter: Any, s: Scenario, root: Path,
               decisions: Sequence[tuple[bool, bool]] | None = None
               ) -> tuple[list[RankTrace], list[FileRecord]]:
     """One run on ``s.world_size`` ranks, each in a process forked for it, rendezvousing
-    through a store hosted here (torchrun's agent store, as the suite's own worlds do): every
+    through a store hosted in a process of its own (torchrun's agent store, as the suite's
+    own worlds do): every
     rank's trace (a rank still running at the bound, or cut short: ``timeout``), and the
     files the ranks left under ``root``. Every rank hung: :class:`Broke`.
 
@@ -98,8 +99,8 @@ def run_ranks(adapter: Any, s: Scenario, root: Path,
     only wait out their group's timeout: a rank still running a moment later is cut short."""
     before = _begin(root)
     n = s.world_size
-    store, env = agent_store("127.0.0.1", n)
-    try:
+    # the store in a process of its own: none of its threads in the process the ranks fork from
+    with store_in_fork("127.0.0.1", n) as env:
         forked = run_ranks_in_fork(
             adapter, s, root, env=lambda rank: {**env, "RANK": str(rank),
                                                "LOCAL_RANK": str(rank),
@@ -112,8 +113,6 @@ def run_ranks(adapter: Any, s: Scenario, root: Path,
             # trainer does not honour: cut short once none has recorded anything for a while,
             # as the harness's worlds do
             stall_s=grace_s(s))
-    finally:
-        del store
     if all(f.timed_out and not f.cut for f in forked) or (
             all(stalled(f.error) for f in forked) and len({len(f.records) for f in forked}) == 1):
         # every rank hung, each as far as the others: the trainer's hang, not the ranks'

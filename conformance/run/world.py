@@ -11,16 +11,18 @@ bind it and parallel suites never collide. Every run has a bound: a rank past it
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import re
 import select
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from trainspec.conformance.run.child import has_ended
+from trainspec.conformance.run.child import has_ended, set_parent_death_signal
 from trainspec.conformance.run.files import FileRecord
 from trainspec.conformance.run.launch import nccl_env
 from trainspec.conformance.run.protocol import (
@@ -54,15 +56,13 @@ from trainspec.conformance.run.trace import (
 )
 from trainspec.errors import AdapterError, HarnessError
 
-__all__ = ["Grace", "World", "agent_store", "grace_s", "next_job_dir", "rank_trace"]
+__all__ = ["Grace", "World", "agent_store", "grace_s", "next_job_dir", "rank_trace",
+           "store_in_fork"]
 
-# job folders are numbered across every world of the process: worlds of several adapters and
-# sizes share one scratch folder
-_JOBS = itertools.count()
+_JOBS = itertools.count()  # job folders numbered across every world: they share one scratch
 
 _REPLY_MARGIN_S = 15.0  # the worker bounds its child; this covers the stack dump and the kill
-# the adapter's import and self-description get --timeout and this much more: a framework's
-# import alone takes seconds (Lightning ~5 s), which a tight --timeout for runs does not budget
+# an adapter's import and self-description get --timeout and this more (Lightning's: ~5 s)
 _IMPORT_MARGIN_S = 10.0
 
 
@@ -85,6 +85,39 @@ def agent_store(addr: str, size: int) -> tuple[object, dict[str, str]]:
     store = TCPStore(addr, 0, world_size=size, is_master=True, wait_for_workers=False)
     return store, {"MASTER_ADDR": addr, "MASTER_PORT": str(store.port), "WORLD_SIZE": str(size),
                    "TORCHELASTIC_USE_AGENT_STORE": "True"}
+
+
+@contextlib.contextmanager
+def store_in_fork(addr: str, size: int, timeout_s: float = 30.0) -> Iterator[dict[str, str]]:
+    """``agent_store`` hosted in a process forked for it, ended with the block: the env the
+    ranks join it by. Not hosted here: the store serves from a thread of its own, and a rank
+    forked while that thread held a lock would wait on it for good (a rank never joining)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # never returns
+        try:
+            os.close(r)
+            set_parent_death_signal()
+            store_env = agent_store(addr, size)  # the store lives while this tuple does
+            os.write(w, json.dumps(store_env[1]).encode())
+            os.close(w)
+            while True:  # until killed: the store lives as long as this process
+                signal.pause()
+        finally:
+            os._exit(1)
+    os.close(w)
+    try:
+        ready = select.select([r], [], [], timeout_s)[0]
+        data = os.read(r, 65536) if ready else b""
+        if not data:
+            raise RuntimeError(f"the process hosting the store of a {size}-rank run did not "
+                               f"answer within {timeout_s:g} s (no port on {addr}?)")
+        yield json.loads(data)
+    finally:
+        os.close(r)
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
 def grace_s(scenario: Scenario) -> float | None:

@@ -542,11 +542,14 @@ CLAUSES: tuple[Clause, ...] = (
         text=("On SIGTERM the trainer SHOULD finish the epoch in progress (its validation and "
               "checkpoints included), write `last.pt` even when `ckpt.save_last=false`, and "
               "exit with status 143; resuming from that `last.pt` SHOULD satisfy RES-1 to "
-              "RES-3."),
+              "RES-3. Under several ranks, a SIGTERM that reaches any one rank SHOULD stop "
+              "every rank after the same epoch, each exiting with status 143."),
         rationale=("Clusters preempt jobs with SIGTERM and a grace period; a trainer that dies "
                    "at once loses every epoch since its last checkpoint."),
         observable=("A run sent SIGTERM mid-epoch in a subprocess: its exit status, the epoch "
-                    "in `last.pt`, and the resumed run against the uninterrupted one."),
+                    "in `last.pt`, and the resumed run against the uninterrupted one; under "
+                    "several ranks, one rank sent SIGTERM: every rank's epochs and exit "
+                    "status."),
     ),
 )
 

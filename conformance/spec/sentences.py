@@ -270,6 +270,8 @@ SENTENCES: tuple[Sentence, ...] = (
     _s("CKPT-5.2", "write `last.pt` even when `ckpt.save_last=false`"),
     _s("CKPT-5.3", "and exit with status 143"),
     _s("CKPT-5.4", "resuming from that `last.pt` SHOULD satisfy RES-1 to RES-3"),
+    _s("CKPT-5.5", "Under several ranks, a SIGTERM that reaches any one rank SHOULD stop every "
+       "rank after the same epoch, each exiting with status 143"),
 )
 
 _BY_ID: dict[str, Sentence] = {s.id: s for s in SENTENCES}
@@ -348,5 +350,6 @@ OUTLINE_DIFFERENCES: dict[str, str] = {
                "`ckpt.dir`) and adds a MUST NOT: no fallback to a fresh run"),
     "CKPT-5": ("replaces 'writes a resumable checkpoint and exits' with: finish the epoch in "
                "progress (its validation and checkpoints included), write `last.pt` even when "
-               "`ckpt.save_last=false`, exit with status 143"),
+               "`ckpt.save_last=false`, exit with status 143; adds that under several ranks the "
+               "ranks stop together when any one of them receives SIGTERM"),
 }

@@ -263,6 +263,21 @@ class NamesOnlyTheGivenPath(BaseTrainer):
         return super()._load_checkpoint()
 
 
+@mutant_of("check_sigterm_to_one_rank_stops_every_rank",
+           expect="SIGTERM to rank 1 during epoch 1: rank 0 trained epochs [0, 1] and raised "
+                  "RuntimeError",
+           proves=("CKPT-5.5",))
+class PreemptsOnItsOwnFlag(BaseTrainer):
+    """Acts on its own rank's SIGTERM flag at the epoch's end without asking the others (the
+    verdict of one rank): the rank the signal reached leaves, the others train on and wait for
+    it in a collective."""
+
+    def barrier(self) -> None:
+        super().barrier()
+        if self._sigterm_received:
+            self._preempt()
+
+
 @mutant_of("check_sigterm_leaves_a_resumable_checkpoint",
            expect="after SIGTERM during epoch 1 the process exited with status 0, expected 143",
            proves=("CKPT-5.3",))
