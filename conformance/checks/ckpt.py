@@ -26,7 +26,7 @@ from trainspec.conformance.run.records import RunExit, Write
 from trainspec.conformance.run.scenario import CrashPoint, Scenario
 from trainspec.conformance.run.trace import RankTrace
 
-__all__ = ["exit_status"]
+__all__ = ["exit_status", "exited_143"]
 
 # what every checkpoint carries under the seed shape: progress, identity, config (the seed's
 # save_ckpt takes it as cfg), and the state of every registered item as "<name>_state_dict"
@@ -305,9 +305,14 @@ def exit_status(r: RankTrace) -> str:
     return r.error or r.status
 
 
+def exited_143(r: RankTrace) -> bool:
+    """Whether the process exited with 143 (128 + SIGTERM), as a preempted run does."""
+    return r.status == "exited" and exit_status(r) == "exited with status 143"
+
+
 def _exits_143(r: RankTrace) -> None:
-    """A preempted run exits with 143 (128 + SIGTERM): a scheduler tells it from a crash."""
-    if r.status == "exited" and exit_status(r) == "exited with status 143":
+    """A preempted run exits with 143: a scheduler tells it from a crash."""
+    if exited_143(r):
         return
     raise CheckFailed(f"CKPT-5: after SIGTERM during epoch 1 the process {exit_status(r)}, "
                       "expected 143 (128 + SIGTERM), so that a scheduler tells a preemption "

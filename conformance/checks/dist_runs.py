@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from trainspec.conformance.checks.base import CheckContext, CheckFailed, check
 from trainspec.conformance.checks.chains import combined_decisions, interrupt_and_resume
-from trainspec.conformance.checks.ckpt import exit_status
+from trainspec.conformance.checks.ckpt import exit_status, exited_143
 from trainspec.conformance.checks.common import weights_diff
 from trainspec.conformance.checks.res import lost_state
 from trainspec.conformance.run.scenario import CrashPoint, RankScores, Scenario, ScoreScript
@@ -125,14 +125,13 @@ def check_sigterm_to_one_rank_stops_every_rank(ctx: CheckContext) -> str:
     pair = interrupt_and_resume(ctx, "CKPT-5", s, crash)
     with ctx.case("every rank stops after the epoch and exits with 143"):
         for r in pair.interrupted.ranks:
-            ended = exit_status(r)
-            if r.epochs_trained != [0, 1] or ended != "exited with status 143":
+            if r.epochs_trained != [0, 1] or not exited_143(r):
                 raise CheckFailed(
                     f"CKPT-5: on {n} ranks, SIGTERM to rank {n - 1} during epoch 1: rank "
-                    f"{r.rank} trained epochs {r.epochs_trained} and {ended}; expected every "
-                    "rank to stop after epoch 1 and exit with status 143. The ranks must agree "
-                    "on a preemption as on an early stop: reduce the SIGTERM flag over the "
-                    "ranks at the epoch's end (any rank's flag stops them all)")
+                    f"{r.rank} trained epochs {r.epochs_trained} and {exit_status(r)}; "
+                    "expected every rank to stop after epoch 1 and exit with status 143. The "
+                    "ranks must agree on a preemption as on an early stop: reduce the SIGTERM "
+                    "flag over the ranks at the epoch's end (any rank's flag stops them all)")
     with ctx.case("every rank of the resumed run goes on at epoch 2"):
         k = pair.ckpt_epoch
         for r in pair.resumed.ranks:

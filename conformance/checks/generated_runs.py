@@ -90,16 +90,15 @@ def run_ranks(adapter: Any, s: Scenario, root: Path,
               ) -> tuple[list[RankTrace], list[FileRecord]]:
     """One run on ``s.world_size`` ranks, each in a process forked for it, rendezvousing
     through a store hosted in a process of its own (torchrun's agent store, as the suite's
-    own worlds do): every
-    rank's trace (a rank still running at the bound, or cut short: ``timeout``), and the
-    files the ranks left under ``root``. Every rank hung: :class:`Broke`.
+    own worlds do): every rank's trace (a rank still running at the bound, or cut short:
+    ``timeout``), and the files the ranks left under ``root``. Every rank hung: :class:`Broke`.
 
     ``decisions``: the model's ``(improved, stop)`` of each validation. Once a rank records
     another, the run's first departure is known, and ranks that parted in a collective would
     only wait out their group's timeout: a rank still running a moment later is cut short."""
     before = _begin(root)
     n = s.world_size
-    # the store in a process of its own: none of its threads in the process the ranks fork from
+    # none of the store's threads in the process the ranks fork from (world.store_in_fork)
     with store_in_fork("127.0.0.1", n) as env:
         forked = run_ranks_in_fork(
             adapter, s, root, env=lambda rank: {**env, "RANK": str(rank),
